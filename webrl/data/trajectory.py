@@ -1,0 +1,256 @@
+"""Task, Step and Trajectory records and their durable JSONL storage.
+
+Every part of webrl speaks these records: the browser environment fills steps, the ORM and the
+evaluators fill rewards, the replay buffer stores trajectories, the DataModule turns steps into
+training examples. They are plain dataclasses (no torch) so that `webrl.env` can import them.
+
+Storage is JSONL, one trajectory per line, each line carrying `schema`. Writes are append-only
+and flushed per line, so a process killed mid-write leaves at most one torn last line; readers
+drop that line with a warning and keep every earlier one. Any other bad line is an error that
+names the file and the line number, because silently skipping data would bias training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Fields of a WebArena task config that Task models explicitly; any other key is kept in `extra`
+# so that a config survives a load/save round trip unchanged.
+_TASK_FIELDS = (
+    "task_id",
+    "intent",
+    "sites",
+    "start_url",
+    "eval",
+    "intent_template",
+    "instantiation_dict",
+    "intent_template_id",
+    "require_login",
+    "storage_state",
+    "geolocation",
+    "require_reset",
+)
+
+
+class TrajectoryFileError(ValueError):
+    """A trajectory file line that cannot be read; the message names the file and line."""
+
+
+@dataclass
+class Task:
+    """One instruction to carry out on a website, in WebArena's task-config vocabulary.
+
+    `eval` is WebArena's evaluation block; it is None for tasks without a programmatic evaluator
+    (curriculum-generated tasks), whose reward then comes from the ORM.
+    """
+
+    task_id: str
+    intent: str
+    sites: list[str]
+    start_url: str
+    eval: dict[str, Any] | None = None
+    intent_template: str = ""
+    instantiation_dict: dict[str, Any] = field(default_factory=dict)
+    intent_template_id: int | None = None
+    require_login: bool = False
+    storage_state: str | None = None
+    geolocation: Any = None
+    require_reset: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def site(self) -> str:
+        """The first site: the key used for per-site metrics and curriculum grouping."""
+        return self.sites[0] if self.sites else "unknown"
+
+    @property
+    def has_evaluator(self) -> bool:
+        return bool(self.eval and self.eval.get("eval_types"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in _TASK_FIELDS}
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, config: dict[str, Any]) -> Task:
+        """Build a Task from a WebArena-style dict; `task_id` is normalised to a string."""
+        known = {k: v for k, v in config.items() if k in _TASK_FIELDS}
+        extra = {k: v for k, v in config.items() if k not in _TASK_FIELDS}
+        missing = [k for k in ("task_id", "intent") if k not in known]
+        if missing:
+            raise ValueError(f"task config is missing {missing} (keys present: {sorted(config)})")
+        known["task_id"] = str(known["task_id"])
+        known.setdefault("sites", [])
+        known.setdefault("start_url", "")
+        return cls(**known, extra=extra)
+
+
+@dataclass
+class Step:
+    """One agent turn: what the model saw, what it said, what happened.
+
+    `prompt` is the exact string given to the model, so training on this step re-uses it byte for
+    byte. `observation` is the simplified page HTML before the action; `action` is the parsed
+    action as a dict (None when the response did not parse, with the reason in `error`).
+    """
+
+    index: int
+    prompt: str
+    observation: str
+    response: str
+    action: dict[str, Any] | None = None
+    url: str = ""
+    error: str | None = None
+    reward: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+    response_token_ids: list[int] | None = None
+    response_logprobs: list[float] | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Step:
+        return cls(**_only_fields(cls, data))
+
+
+@dataclass
+class Trajectory:
+    """A whole episode of one task, with its outcome labels.
+
+    `status` says how it ended: "exit" (the agent answered), "max_steps", "repeated_action",
+    "parse_failures", "timeout" or "error" (the browser or the site failed; see `error`).
+    `eval_reward` comes from the task's programmatic evaluator, `orm_score`/`orm_reward` from the
+    ORM; `outcome` is the reward training uses, chosen by the labelling stage.
+    """
+
+    task: Task
+    steps: list[Step] = field(default_factory=list)
+    answer: str | None = None
+    final_url: str = ""
+    final_observation: str = ""
+    status: str = "running"
+    error: str | None = None
+    eval_reward: float | None = None
+    orm_score: float | None = None
+    orm_reward: float | None = None
+    outcome: float | None = None
+    phase: int = 0
+    trajectory_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def succeeded(self) -> bool:
+        """Success under the training outcome, falling back to the evaluator, then the ORM."""
+        for value in (self.outcome, self.eval_reward, self.orm_reward):
+            if value is not None:
+                return value >= 0.5
+        return False
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["task"] = self.task.to_dict()
+        return {"schema": SCHEMA_VERSION, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        schema = data.get("schema", SCHEMA_VERSION)
+        if schema != SCHEMA_VERSION:
+            raise ValueError(f"unsupported trajectory schema {schema!r} (this version reads {SCHEMA_VERSION})")
+        body = _only_fields(cls, data)
+        body["task"] = Task.from_dict(data["task"])
+        body["steps"] = [Step.from_dict(s) for s in data.get("steps", [])]
+        return cls(**body)
+
+
+def _only_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+class TrajectoryWriter:
+    """Append trajectories to a JSONL file, one flushed (and fsynced) line each.
+
+    A torn last line left by an earlier crash is truncated away on open, so that new lines never
+    follow a partial one.
+    """
+
+    def __init__(self, path: str | os.PathLike, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _truncate_torn_tail(self.path)
+        self._file = self.path.open("a", encoding="utf-8")
+        self._fsync = fsync
+
+    def write(self, trajectory: Trajectory) -> None:
+        self._file.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+        self._file.flush()
+        if self._fsync:
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _truncate_torn_tail(path: Path) -> None:
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as handle:
+        data = handle.read()
+        if data.endswith(b"\n"):
+            return
+        keep = data.rfind(b"\n") + 1
+        warnings.warn(f"{path}: dropping a torn last line ({len(data) - keep} bytes) left by an interrupted write")
+        handle.truncate(keep)
+
+
+def iter_trajectories(path: str | os.PathLike) -> Iterator[Trajectory]:
+    """Yield the trajectories of a JSONL file; a torn last line is dropped with a warning."""
+    path = Path(path)
+    with path.open("r", encoding="utf-8") as handle:
+        lines = handle.readlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        is_last = number == len(lines)
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as err:
+            if is_last and not line.endswith("\n"):
+                warnings.warn(f"{path}:{number}: dropping a torn last line left by an interrupted write")
+                return
+            raise TrajectoryFileError(f"{path}:{number}: not valid JSON ({err})") from err
+        try:
+            yield Trajectory.from_dict(data)
+        except (KeyError, TypeError, ValueError) as err:
+            raise TrajectoryFileError(f"{path}:{number}: not a trajectory record ({err})") from err
+
+
+def read_trajectories(path: str | os.PathLike) -> list[Trajectory]:
+    return list(iter_trajectories(path))
+
+
+def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> None:
+    """Write a whole file atomically (temp file + rename), replacing any earlier content."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for trajectory in trajectories:
+            handle.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
