@@ -1,0 +1,67 @@
+"""Config loading: precedence, typed overrides, and errors that name the key and file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from webrl.config import ConfigError, describe, load_config
+
+
+@dataclass
+class Optim:
+    lr: float = 1e-5
+    """learning rate"""
+    epochs: int = 1
+    """passes over the data"""
+
+
+@dataclass
+class Root:
+    seed: int = 0
+    """random seed"""
+    optim: Optim = field(default_factory=Optim)
+    sites: list[str] = field(default_factory=lambda: ["shopping"])
+    """sites to use"""
+
+
+def test_precedence_defaults_file_then_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("seed: 5\noptim:\n  lr: 0.5\n  epochs: 3\n")
+    config = load_config(Root, ["--config", str(path), "optim.lr=0.25", "sites=[forum, gitlab]"])
+    assert config.seed == 5
+    assert config.optim == Optim(lr=0.25, epochs=3)
+    assert config.sites == ["forum", "gitlab"]
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [("optim.lrr=1", "optim.lrr"), ("seed=abc", "seed"), ("nokey=1", "nokey"), ("optim.epochs=1.5", "optim.epochs")],
+)
+def test_bad_override_names_the_key(override, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(Root, [override])
+
+
+def test_bad_yaml_key_names_file_and_key(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("optim:\n  momentum: 0.9\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(Root, ["--config", str(path)])
+    assert "bad.yaml" in str(err.value) and "momentum" in str(err.value)
+
+
+def test_missing_file_and_malformed_items():
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(Root, ["--config", "/nonexistent.yaml"])
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(Root, ["seed"])
+    with pytest.raises(ConfigError, match="unknown option"):
+        load_config(Root, ["--frobnicate"])
+
+
+def test_describe_lists_nested_keys_with_docs():
+    text = describe(Root)
+    assert "optim.lr = 1e-05  -- learning rate" in text
+    assert "seed = 0  -- random seed" in text
