@@ -1,0 +1,199 @@
+"""Prompt builders shared by rollouts and training: one function per prompt, used on both sides.
+
+A step's training prompt must be byte-identical to the prompt the model saw when it acted, or
+the log-probabilities trained on are not those of the behaviour policy. So the rollout runner and
+the DataModule both call `build_actor_prompt` with the same arguments (intent, earlier raw
+responses, the current page HTML) and nothing else goes into a prompt.
+
+Actor prompt (WebRL release, method §5). Completion form, for models without a chat template
+(base models, and our tiny model, whose tokenizer has the Llama-3 markers as special tokens):
+
+    Task Instruction: {intent}\\n\\n
+    Round 0\\n\\n<|eot_id|><|start_header_id|>user<|end_header_id|>\\n{intent}\\n\\n
+    <|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n{response_0}\\n\\n
+    Round 1\\n\\n ... user ... \\n** Simplified html **\\n\\n ... assistant ... \\n{response_1}\\n\\n
+    Round t\\n\\n ... user ... \\n{current html}\\n\\n<|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n
+
+(one string, no line breaks other than the `\\n` shown). Earlier rounds show the intent (round 0)
+or a placeholder instead of their page: only the current page's HTML is in the prompt. The text
+carries no BOS; the tokenizer adds it, in training as in serving. The model ends its answer with
+`<|eot_id|>` (the stop token at serving time, appended to the action in training).
+
+Chat form: when a tokenizer with a `chat_template` is given (e.g. SmolLM2-135M-Instruct), the
+same rounds become messages: user "Round i\\n\\n{U_i}" (the first prefixed by the task
+instruction), assistant "{response_i}", and the template renders them with
+`add_generation_prompt=True`. The answer then ends with the tokenizer's end-of-turn/eos token.
+
+Budget: the whole prompt is kept within `max_chars` characters by cutting the END of the page
+HTML only; the instruction and the history are never cut (if they alone exceed the budget the
+HTML is dropped entirely and the prompt is longer than the budget). The release cuts the HTML
+the same way, at 16384 − 512 characters.
+
+The critic reads the actor prompt of a state (the release's critic ignores the action), so there
+is no separate critic prompt. The ORM prompt (method §2) is `build_orm_prompt`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from webrl.data.trajectory import Step, Task, Trajectory
+
+DEFAULT_MAX_CHARS = 16384 - 512
+HTML_PLACEHOLDER = "** Simplified html **"
+EOT = "<|eot_id|>"
+USER_HEADER = "<|start_header_id|>user<|end_header_id|>"
+ASSISTANT_HEADER = "<|start_header_id|>assistant<|end_header_id|>"
+SYSTEM_HEADER = "<|start_header_id|>system<|end_header_id|>"
+
+# Our own wording of the ORM's instructions (the release's text is not copied). The model is
+# trained to answer with a single YES or NO token right after the assistant header.
+ORM_SYSTEM_PROMPT = (
+    "You judge whether a web-browsing agent accomplished what a user asked for. You are given the "
+    "user's intent, the actions the agent took (one per line, each with the agent's own notes), and "
+    "the page the agent was looking at when it stopped, as simplified HTML. Decide whether the task was "
+    "completed successfully: the requested change was made or the requested information was given "
+    "correctly in the final answer. Answer with a single word: YES if it succeeded, NO otherwise."
+)
+
+
+def uses_chat_template(tokenizer: Any) -> bool:
+    """True when `tokenizer` can render the chat form (it has a non-empty `chat_template`)."""
+    return tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
+
+
+def build_actor_prompt(
+    intent: str,
+    history: Sequence[str],
+    html: str,
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    chat_template_tokenizer: Any = None,
+) -> str:
+    """The actor's prompt for round `len(history)`: instruction, earlier raw responses, current page.
+
+    `history` holds the raw model responses of earlier rounds (their `# Element:` / `# Note:`
+    comments included); `html` is the simplified HTML of the current page. Without a tokenizer
+    that has a chat template the completion form is built (module docstring); with one, the
+    chat form. The end of `html` is cut so that the prompt fits in `max_chars` characters.
+    """
+    if max_chars <= 0:
+        raise ValueError(f"max_chars must be positive, got {max_chars}")
+    if uses_chat_template(chat_template_tokenizer):
+        fixed = _render_chat(chat_template_tokenizer, _actor_messages(intent, history, ""))
+        html = _fit(html, max_chars - len(fixed))
+        return _render_chat(chat_template_tokenizer, _actor_messages(intent, history, html))
+    fixed = _actor_completion(intent, history, "")
+    return _actor_completion(intent, history, _fit(html, max_chars - len(fixed)))
+
+
+def actor_prompt_for_step(
+    task: Task,
+    steps_so_far: Sequence[Step],
+    html: str,
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    chat_template_tokenizer: Any = None,
+) -> str:
+    """The prompt for the next step of `task`, after `steps_so_far`, on a page showing `html`."""
+    return build_actor_prompt(
+        task.intent,
+        [step.response for step in steps_so_far],
+        html,
+        max_chars=max_chars,
+        chat_template_tokenizer=chat_template_tokenizer,
+    )
+
+
+def trajectory_prompts(
+    trajectory: Trajectory,
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    chat_template_tokenizer: Any = None,
+) -> list[str]:
+    """Rebuild every step's prompt from the stored trajectory (intent, responses, observations)."""
+    return [
+        actor_prompt_for_step(
+            trajectory.task,
+            trajectory.steps[:i],
+            step.observation,
+            max_chars=max_chars,
+            chat_template_tokenizer=chat_template_tokenizer,
+        )
+        for i, step in enumerate(trajectory.steps)
+    ]
+
+
+def build_orm_prompt(
+    intent: str,
+    responses: Sequence[str],
+    final_html: str,
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    chat_template_tokenizer: Any = None,
+) -> str:
+    """The ORM's prompt for a finished trajectory, ending where the model answers YES or NO.
+
+    `responses` are the raw responses of every step (each becomes one line of the action
+    history, its newlines replaced by "; "), `final_html` the page observed at the last step.
+    Only the end of `final_html` is cut to fit `max_chars`. Like the actor prompt, the completion
+    form carries no `<|begin_of_text|>`: the tokenizer adds BOS.
+    """
+    if max_chars <= 0:
+        raise ValueError(f"max_chars must be positive, got {max_chars}")
+    if uses_chat_template(chat_template_tokenizer):
+        fixed = _render_chat(chat_template_tokenizer, _orm_messages(intent, responses, ""))
+        final_html = _fit(final_html, max_chars - len(fixed))
+        return _render_chat(chat_template_tokenizer, _orm_messages(intent, responses, final_html))
+    fixed = _orm_completion(intent, responses, "")
+    return _orm_completion(intent, responses, _fit(final_html, max_chars - len(fixed)))
+
+
+def orm_user_text(intent: str, responses: Sequence[str], final_html: str) -> str:
+    """The ORM's user turn: intent, one action per line, final page. Also the ShareGPT `human` value."""
+    actions = "\n".join(response.replace("\n", "; ") for response in responses)
+    return f"The User Intent:\n{intent}\n\nAction History:\n{actions}\n\nThe Current Screenshot:\n{final_html}"
+
+
+def _fit(text: str, budget: int) -> str:
+    return text[: max(budget, 0)]
+
+
+def _user_turn(round_index: int, content: str) -> str:
+    return f"Round {round_index}\n\n{EOT}{USER_HEADER}\n{content}\n\n{EOT}{ASSISTANT_HEADER}\n"
+
+
+def _actor_completion(intent: str, history: Sequence[str], html: str) -> str:
+    parts = [f"Task Instruction: {intent}\n\n"]
+    for i, response in enumerate(history):
+        parts.append(_user_turn(i, intent if i == 0 else HTML_PLACEHOLDER))
+        parts.append(f"{response}\n\n")
+    parts.append(_user_turn(len(history), html))
+    return "".join(parts)
+
+
+def _actor_messages(intent: str, history: Sequence[str], html: str) -> list[dict[str, str]]:
+    messages = []
+    for i, response in enumerate(history):
+        messages.append({"role": "user", "content": f"Round {i}\n\n{intent if i == 0 else HTML_PLACEHOLDER}"})
+        messages.append({"role": "assistant", "content": response})
+    messages.append({"role": "user", "content": f"Round {len(history)}\n\n{html}"})
+    messages[0]["content"] = f"Task Instruction: {intent}\n\n{messages[0]['content']}"
+    return messages
+
+
+def _orm_completion(intent: str, responses: Sequence[str], final_html: str) -> str:
+    user = orm_user_text(intent, responses, final_html)
+    return f"{SYSTEM_HEADER}\n\n{ORM_SYSTEM_PROMPT}{EOT}{USER_HEADER}\n\n{user}{EOT}{ASSISTANT_HEADER}\n\n"
+
+
+def _orm_messages(intent: str, responses: Sequence[str], final_html: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": ORM_SYSTEM_PROMPT},
+        {"role": "user", "content": orm_user_text(intent, responses, final_html)},
+    ]
+
+
+def _render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
