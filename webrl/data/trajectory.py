@@ -213,7 +213,9 @@ def _truncate_torn_tail(path: Path) -> None:
         if data.endswith(b"\n"):
             return
         keep = data.rfind(b"\n") + 1
-        warnings.warn(f"{path}: dropping a torn last line ({len(data) - keep} bytes) left by an interrupted write")
+        warnings.warn(
+            f"{path}: dropping a torn last line ({len(data) - keep} bytes) left by an interrupted write", stacklevel=2
+        )
         handle.truncate(keep)
 
 
@@ -230,7 +232,7 @@ def iter_trajectories(path: str | os.PathLike) -> Iterator[Trajectory]:
             data = json.loads(line)
         except json.JSONDecodeError as err:
             if is_last and not line.endswith("\n"):
-                warnings.warn(f"{path}:{number}: dropping a torn last line left by an interrupted write")
+                warnings.warn(f"{path}:{number}: dropping a torn last line left by an interrupted write", stacklevel=2)
                 return
             raise TrajectoryFileError(f"{path}:{number}: not valid JSON ({err})") from err
         try:

@@ -1,0 +1,75 @@
+"""Fixtures for the data tests: labelled trajectories built by hand, and a chat-template tokenizer.
+
+The chat tokenizer is a byte-level BPE trained offline in milliseconds, given SmolLM2's ChatML
+template, so the chat form of the prompts is rendered by a real `apply_chat_template`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from webrl.data.prompts import actor_prompt_for_step
+from webrl.data.trajectory import Step, Task, Trajectory
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def chat_tokenizer() -> PreTrainedTokenizerFast:
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(["<a id=1>Buy</a> do(action='Click') Round Task Instruction"] * 20, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+def _response(task_id: str, i: int, last: bool) -> str:
+    if last:
+        return f'# Note: done with {task_id}\nexit(message="answer {task_id}")'
+    return f'# Element: the button {i}\ndo(action="Click", element="{i}")'
+
+
+@pytest.fixture
+def make_trajectory() -> Callable[..., Trajectory]:
+    """Build a trajectory as a rollout runner would: each step's prompt from the builder, recorded."""
+
+    def build(
+        task_id: str = "t0",
+        intent: str | None = None,
+        num_steps: int = 3,
+        outcome: float | None = 1.0,
+        phase: int = 0,
+        html_size: int = 40,
+        max_chars: int = 16384 - 512,
+        tokenizer=None,
+        **labels,
+    ) -> Trajectory:
+        task = Task(task_id=task_id, intent=intent or f"Do thing {task_id}", sites=["shopping"], start_url="")
+        trajectory = Trajectory(task=task, outcome=outcome, phase=phase, status="exit", **labels)
+        for i in range(num_steps):
+            html = f"<page {task_id}/{i}>" + "x" * html_size + f"</page {i}>"
+            prompt = actor_prompt_for_step(
+                task, trajectory.steps, html, max_chars=max_chars, chat_template_tokenizer=tokenizer
+            )
+            response = _response(task_id, i, i == num_steps - 1)
+            trajectory.steps.append(Step(index=i, prompt=prompt, observation=html, response=response))
+        return trajectory
+
+    return build

@@ -1,0 +1,76 @@
+"""Trajectory JSONL storage: round trips, torn last line recovery, errors that name file:line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from webrl.data.trajectory import (
+    Task,
+    TrajectoryFileError,
+    TrajectoryWriter,
+    read_trajectories,
+    write_trajectories,
+)
+
+
+def test_round_trip_keeps_every_field(tmp_path, make_trajectory):
+    first = make_trajectory("a", orm_score=0.83, orm_reward=1.0, eval_reward=0.0)
+    first.task.extra["old_task_id"] = 12
+    first.steps[0].action = {"name": "click", "element": "1"}
+    first.steps[0].response_logprobs = [-0.5, -0.25]
+    second = make_trajectory("b", outcome=None, num_steps=1)
+    path = tmp_path / "t.jsonl"
+    write_trajectories(path, [first, second])
+    assert read_trajectories(path) == [first, second]
+    assert json.loads(path.read_text().splitlines()[0])["task"]["old_task_id"] == 12
+
+
+def test_writer_appends_and_reader_drops_a_torn_last_line(tmp_path, make_trajectory):
+    path = tmp_path / "t.jsonl"
+    kept = [make_trajectory(str(i)) for i in range(3)]
+    with TrajectoryWriter(path, fsync=False) as writer:
+        for trajectory in kept:
+            writer.write(trajectory)
+    with path.open("a") as handle:
+        handle.write('{"schema": 1, "task": {"task_id": "torn", "int')
+    with pytest.warns(UserWarning, match=r"t\.jsonl:4: dropping a torn last line"):
+        assert read_trajectories(path) == kept
+
+
+def test_writer_truncates_a_torn_tail_before_appending(tmp_path, make_trajectory):
+    path = tmp_path / "t.jsonl"
+    before = make_trajectory("before")
+    write_trajectories(path, [before])
+    with path.open("a") as handle:
+        handle.write('{"schema": 1, "ta')
+    after = make_trajectory("after")
+    with pytest.warns(UserWarning, match="torn last line"), TrajectoryWriter(path, fsync=False) as writer:
+        writer.write(after)
+    assert read_trajectories(path) == [before, after]
+
+
+def test_bad_middle_line_names_file_and_line(tmp_path, make_trajectory):
+    path = tmp_path / "t.jsonl"
+    write_trajectories(path, [make_trajectory("a"), make_trajectory("b")])
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + "{not json\n" + lines[1])
+    with pytest.raises(TrajectoryFileError, match=r"t\.jsonl:2: not valid JSON"):
+        read_trajectories(path)
+
+
+def test_record_without_task_names_file_and_line(tmp_path, make_trajectory):
+    path = tmp_path / "t.jsonl"
+    write_trajectories(path, [make_trajectory("a")])
+    with path.open("a") as handle:
+        handle.write('{"schema": 1, "steps": []}\n')
+    with pytest.raises(TrajectoryFileError, match=r"t\.jsonl:2: not a trajectory record"):
+        read_trajectories(path)
+
+
+def test_task_from_dict_names_missing_keys():
+    with pytest.raises(ValueError, match=r"missing \['intent'\]"):
+        Task.from_dict({"task_id": 3})
+    task = Task.from_dict({"task_id": 3, "intent": "x", "old_task_id": 9})
+    assert task.task_id == "3" and task.to_dict()["old_task_id"] == 9
