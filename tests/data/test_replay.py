@@ -1,0 +1,172 @@
+"""Replay buffer durability and the experience filter on hand-made probabilities."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from webrl.data.replay import (
+    ReplayBuffer,
+    ReplayFilterConfig,
+    filter_by_perplexity,
+    score_samples,
+    select_successes,
+)
+from webrl.data.steps import mc_returns, trajectory_to_samples
+
+
+def test_buffer_stores_phases_and_reopens_from_disk(tmp_path, make_trajectory):
+    buffer = ReplayBuffer(tmp_path / "replay")
+    phase0 = [make_trajectory("a", orm_score=0.9, orm_reward=1.0, eval_reward=0.0), make_trajectory("b", outcome=0.0)]
+    phase1 = [make_trajectory("c", num_steps=2, phase=1)]
+    buffer.add_phase(0, phase0)
+    buffer.add_phase(1, phase1)
+    assert (tmp_path / "replay" / "phase_000" / "trajectories.jsonl").is_file()
+    reopened = ReplayBuffer(tmp_path / "replay")
+    assert reopened.phases() == [0, 1]
+    assert reopened.trajectories(0) == phase0
+    assert reopened.trajectories() == phase0 + phase1
+    assert reopened.trajectories(0)[0].orm_score == 0.9 and reopened.trajectories(0)[0].eval_reward == 0.0
+    expected = {"file": "phase_000/trajectories.jsonl", "trajectories": 2, "steps": 6, "successes": 1}
+    assert reopened.stats()[0] == expected
+    assert len(reopened) == 3
+    manifest = json.loads((tmp_path / "replay" / "manifest.json").read_text())
+    assert sorted(manifest["phases"]) == ["0", "1"]
+
+
+def test_buffer_refuses_to_overwrite_a_phase_unless_asked(tmp_path, make_trajectory):
+    buffer = ReplayBuffer(tmp_path)
+    buffer.add_phase(0, [make_trajectory("a")])
+    with pytest.raises(ValueError, match="phase 0 is already stored"):
+        buffer.add_phase(0, [make_trajectory("b")])
+    buffer.add_phase(0, [make_trajectory("b")], overwrite=True)
+    assert [t.task.task_id for t in ReplayBuffer(tmp_path).trajectories(0)] == ["b"]
+    with pytest.raises(KeyError, match="no phase 3"):
+        buffer.trajectories(3)
+
+
+def test_phase_file_without_manifest_entry_is_not_a_phase(tmp_path, make_trajectory):
+    buffer = ReplayBuffer(tmp_path)
+    buffer.add_phase(0, [make_trajectory("a")])
+    # A crash after writing phase 1's file but before the manifest: phase 1 does not exist yet.
+    (tmp_path / "phase_001").mkdir()
+    (tmp_path / "phase_001" / "trajectories.jsonl").write_text("")
+    assert ReplayBuffer(tmp_path).phases() == [0]
+
+
+def test_corrupt_manifest_is_an_error_naming_it(tmp_path):
+    (tmp_path / "manifest.json").write_text("{")
+    with pytest.raises(ValueError, match=r"manifest\.json: not valid JSON"):
+        ReplayBuffer(tmp_path)
+
+
+def test_mc_returns_match_hand_computed_values():
+    assert mc_returns([1.0, 1.0, 1.0], 0.9) == pytest.approx([2.71, 1.9, 1.0])
+    assert mc_returns([0.0, 0.0], 0.9) == [0.0, 0.0]
+
+
+def test_samples_follow_release_conventions(make_trajectory):
+    trajectory = make_trajectory("a", num_steps=3, outcome=1.0)
+    samples = trajectory_to_samples(trajectory)
+    assert [s.reward for s in samples] == [1.0, 1.0, 1.0]
+    assert [s.done for s in samples] == [False, False, True]
+    assert [s.prompt for s in samples] == [step.prompt for step in trajectory.steps]
+    assert samples[0].next_prompt == trajectory.steps[1].prompt
+    last = samples[-1]
+    assert last.next_html == last.html == trajectory.steps[-1].observation
+    assert last.next_prompt.endswith(f"{last.action}\n\nRound 3\n\n" + last.next_prompt.split("Round 3\n\n")[1])
+    assert last.history == [s.response for s in trajectory.steps[:2]]
+
+
+def test_unlabelled_trajectory_is_an_error_naming_it(make_trajectory):
+    trajectory = make_trajectory("nolabel", outcome=None)
+    with pytest.raises(ValueError, match="task nolabel.* has no outcome"):
+        trajectory_to_samples(trajectory)
+
+
+def test_select_successes_keeps_first_success_per_intent(make_trajectory):
+    trajectories = [
+        make_trajectory("1", intent="same", outcome=0.0),
+        make_trajectory("2", intent="same", outcome=1.0),
+        make_trajectory("3", intent="same", outcome=1.0),
+        make_trajectory("4", intent="other", outcome=None, orm_reward=1.0),
+        make_trajectory("5", intent="third", outcome=0.4),
+    ]
+    assert [t.task.task_id for t in select_successes(trajectories)] == ["2", "4"]
+    assert [t.task.task_id for t in select_successes(trajectories, first_per_task=False)] == ["2", "3", "4"]
+
+
+class TableScorer:
+    """Hand-made probabilities keyed by action text; records what it was asked to score."""
+
+    def __init__(self, table: dict[str, float]) -> None:
+        self.table = table
+        self.batches: list[int] = []
+        self.seen: list[str] = []
+
+    def __call__(self, prompts: list[str], actions: list[str]) -> list[float]:
+        self.batches.append(len(actions))
+        self.seen.extend(actions)
+        return [self.table[a] for a in actions]
+
+
+def _experience(make_trajectory, probabilities):
+    """One successful one-step trajectory per probability, plus a failure that must never be scored."""
+    trajectories = []
+    for i in range(len(probabilities)):
+        trajectories.append(make_trajectory(f"s{i}", num_steps=1, outcome=1.0))
+    trajectories.append(make_trajectory("fail", num_steps=1, outcome=0.0))
+    table = {t.steps[0].response: p for t, p in zip(trajectories, probabilities, strict=False)}
+    return trajectories, table
+
+
+def test_filter_keeps_exactly_the_window(make_trajectory):
+    probabilities = [0.5, 0.5000001, 0.7, 0.95, 0.9500001, 0.2, 0.99, 0.51]
+    trajectories, table = _experience(make_trajectory, probabilities)
+    scorer = TableScorer(table)
+    kept = filter_by_perplexity(trajectories, scorer, current_steps=100, batch_size=3)
+    assert sorted(s.score for s in kept) == [0.5000001, 0.51, 0.7, 0.95]
+    assert all(s.reward == 1.0 and s.done for s in kept)
+    assert "fail" not in " ".join(scorer.seen)
+    assert scorer.batches == [3, 3, 2]
+
+
+def test_filter_window_bounds_are_configurable(make_trajectory):
+    trajectories, table = _experience(make_trajectory, [0.5, 0.7, 0.95])
+    config = ReplayFilterConfig(low_inclusive=True, high_inclusive=False)
+    kept = filter_by_perplexity(trajectories, TableScorer(table), current_steps=10, config=config)
+    assert sorted(s.score for s in kept) == [0.5, 0.7]
+
+
+def test_filter_caps_at_twice_current_steps_reproducibly(make_trajectory):
+    probabilities = [0.6 + 0.01 * i for i in range(20)]
+    trajectories, table = _experience(make_trajectory, probabilities)
+
+    def run(seed: int) -> list[str]:
+        config = ReplayFilterConfig(seed=seed)
+        kept = filter_by_perplexity(trajectories, TableScorer(table), current_steps=3, config=config)
+        return [s.task_id for s in kept]
+
+    assert len(run(0)) == 6
+    assert run(0) == run(0)
+    assert len({tuple(run(seed)) for seed in range(5)}) > 1
+    uncapped = filter_by_perplexity(
+        trajectories, TableScorer(table), current_steps=3, config=ReplayFilterConfig(cap_ratio=None)
+    )
+    assert len(uncapped) == 20
+
+
+def test_filter_uses_only_first_success_of_a_task(make_trajectory):
+    first = make_trajectory("a", intent="same", num_steps=2, outcome=1.0)
+    second = make_trajectory("b", intent="same", num_steps=2, outcome=1.0)
+    scorer = TableScorer({s.response: 0.8 for t in (first, second) for s in t.steps})
+    kept = filter_by_perplexity([first, second], scorer, current_steps=10)
+    assert {s.trajectory_id for s in kept} == {first.trajectory_id}
+    assert len(kept) == 2
+
+
+def test_score_samples_rejects_a_scorer_returning_the_wrong_count(make_trajectory):
+    samples = trajectory_to_samples(make_trajectory("a", num_steps=2))
+    with pytest.raises(ValueError, match="returned 1 scores for a batch of 2"):
+        score_samples(samples, lambda prompts, actions: [0.5])

@@ -1,0 +1,258 @@
+"""Durable replay buffer of earlier phases' trajectories, and WebRL's experience filter.
+
+The buffer lives on disk, one directory per phase (`phase_000/trajectories.jsonl`) plus a
+`manifest.json` listing the phases that were completely written. Each phase file is written to a
+temp file and renamed, then the manifest is replaced atomically, so a crash leaves either the old
+buffer or the new one, never a half-added phase; reopening the directory restores the buffer.
+The trajectories keep all their labels (ORM score and reward, evaluator reward, outcome).
+
+The filter (method §4, release `process_data.py` stage 2) decides which replayed steps join the
+current phase's training data: successful trajectories only, the first success per task (by
+intent string), then steps whose geometric-mean action-token probability under the current
+actor lies in (0.5, 0.95] (too unlikely: the actor moved away from it; too likely: nothing
+left to learn), shuffled by seed and capped at twice the current phase's step count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from webrl.data.steps import StepSample, trajectory_to_samples
+from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
+
+MANIFEST_VERSION = 1
+
+Scorer = Callable[[list[str], list[str]], list[float]]
+"""score(prompts, actions) -> geometric-mean action-token probability of each (prompt, action)."""
+
+
+@dataclass
+class ReplayFilterConfig:
+    """Experience-filter settings; defaults are the WebRL release's."""
+
+    low: float = 0.5
+    """Lower bound of the kept geometric-mean action probability."""
+    high: float = 0.95
+    """Upper bound of the kept geometric-mean action probability."""
+    low_inclusive: bool = False
+    """Keep a step whose probability equals `low` (the release keeps (0.5, 0.95])."""
+    high_inclusive: bool = True
+    """Keep a step whose probability equals `high`."""
+    cap_ratio: float | None = 2.0
+    """At most cap_ratio x (current phase's steps) replayed steps; null for no cap."""
+    success_threshold: float = 0.5
+    """A trajectory whose outcome is at least this is a success."""
+    first_success_per_task: bool = True
+    """Keep only the first successful trajectory of each intent string."""
+    seed: int = 0
+    """Seed of the shuffle that picks which kept steps survive the cap."""
+
+    def in_window(self, probability: float) -> bool:
+        above = probability >= self.low if self.low_inclusive else probability > self.low
+        below = probability <= self.high if self.high_inclusive else probability < self.high
+        return above and below
+
+
+class ReplayBuffer:
+    """Trajectories of every finished phase, stored under `root`, reopened from disk on construction."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._manifest = self._read_manifest()
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    def phases(self) -> list[int]:
+        return sorted(int(phase) for phase in self._manifest["phases"])
+
+    def phase_path(self, phase: int) -> Path:
+        return self.root / f"phase_{phase:03d}" / "trajectories.jsonl"
+
+    def add_phase(self, phase: int, trajectories: Iterable[Trajectory], *, overwrite: bool = False) -> Path:
+        """Store `trajectories` as phase `phase`; re-adding a phase needs `overwrite=True`."""
+        if phase < 0:
+            raise ValueError(f"phase must be >= 0, got {phase}")
+        if str(phase) in self._manifest["phases"] and not overwrite:
+            raise ValueError(f"{self.root}: phase {phase} is already stored (pass overwrite=True to replace it)")
+        trajectories = list(trajectories)
+        path = self.phase_path(phase)
+        write_trajectories(path, trajectories)
+        successes = sum(1 for t in trajectories if _is_success(t, 0.5))
+        self._manifest["phases"][str(phase)] = {
+            "file": str(path.relative_to(self.root)),
+            "trajectories": len(trajectories),
+            "steps": sum(len(t.steps) for t in trajectories),
+            "successes": successes,
+        }
+        self._write_manifest()
+        return path
+
+    def trajectories(self, phase: int | None = None) -> list[Trajectory]:
+        """The trajectories of one phase, or of every phase in phase order when `phase` is None."""
+        phases = self.phases() if phase is None else [phase]
+        out: list[Trajectory] = []
+        for p in phases:
+            entry = self._manifest["phases"].get(str(p))
+            if entry is None:
+                raise KeyError(f"{self.root}: no phase {p} in the replay buffer (phases: {self.phases()})")
+            out.extend(read_trajectories(self.root / entry["file"]))
+        return out
+
+    def stats(self) -> dict[int, dict[str, Any]]:
+        """Per-phase counts (trajectories, steps, successes) from the manifest."""
+        return {int(p): dict(entry) for p, entry in self._manifest["phases"].items()}
+
+    def __len__(self) -> int:
+        return sum(entry["trajectories"] for entry in self._manifest["phases"].values())
+
+    def _read_manifest(self) -> dict[str, Any]:
+        if not self.manifest_path.exists():
+            return {"version": MANIFEST_VERSION, "phases": {}}
+        try:
+            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{self.manifest_path}: not valid JSON ({err})") from err
+        if manifest.get("version") != MANIFEST_VERSION or not isinstance(manifest.get("phases"), dict):
+            raise ValueError(f"{self.manifest_path}: not a replay manifest of version {MANIFEST_VERSION}")
+        return manifest
+
+    def _write_manifest(self) -> None:
+        tmp = self.manifest_path.with_suffix(".json.tmp")
+        with tmp.open("w", encoding="utf-8") as handle:
+            json.dump(self._manifest, handle, indent=2, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.manifest_path)
+
+
+def _is_success(trajectory: Trajectory, threshold: float) -> bool:
+    for value in (trajectory.outcome, trajectory.eval_reward, trajectory.orm_reward):
+        if value is not None:
+            return value >= threshold
+    return False
+
+
+def select_successes(
+    trajectories: Iterable[Trajectory], *, threshold: float = 0.5, first_per_task: bool = True
+) -> list[Trajectory]:
+    """Successful trajectories in input order; with `first_per_task`, only the first per intent string."""
+    seen: set[str] = set()
+    kept = []
+    for trajectory in trajectories:
+        if not _is_success(trajectory, threshold):
+            continue
+        if first_per_task:
+            if trajectory.task.intent in seen:
+                continue
+            seen.add(trajectory.task.intent)
+        kept.append(trajectory)
+    return kept
+
+
+def score_samples(
+    samples: Sequence[StepSample], score: Scorer, *, batch_size: int = 8, fabric: Any = None
+) -> list[float]:
+    """Score every sample, in batches; under data parallelism each rank scores a shard.
+
+    With `fabric` (a `lightning.fabric.Fabric`) or an initialised `torch.distributed` group of
+    world size W, rank r scores samples r, r+W, r+2W, ... and the scores are all-gathered, so
+    every rank returns the full list in sample order. Every rank must call this.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    world, rank = _world(fabric)
+    shard = list(samples[rank::world])
+    local: list[float] = []
+    for start in range(0, len(shard), batch_size):
+        batch = shard[start : start + batch_size]
+        scores = score([s.prompt for s in batch], [s.action for s in batch])
+        if len(scores) != len(batch):
+            raise ValueError(f"scorer returned {len(scores)} scores for a batch of {len(batch)}")
+        local.extend(float(x) for x in scores)
+    if world == 1:
+        return local
+    return _gather_interleaved(local, len(samples), world, fabric)
+
+
+def _world(fabric: Any) -> tuple[int, int]:
+    if fabric is not None:
+        return fabric.world_size, fabric.global_rank
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def _gather_interleaved(local: list[float], total: int, world: int, fabric: Any) -> list[float]:
+    # Shards differ in length by at most one: pad to the longest so every rank sends the same shape.
+    width = -(-total // world)
+    padded = torch.full((width,), float("nan"), dtype=torch.float64)
+    padded[: len(local)] = torch.tensor(local, dtype=torch.float64)
+    if fabric is not None:
+        gathered = fabric.all_gather(padded).reshape(world, width)  # (W, L)
+    else:
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(parts, padded)
+        gathered = torch.stack(parts)  # (W, L)
+    # Sample j was scored by rank j % W at position j // W.
+    return [float(gathered[j % world, j // world]) for j in range(total)]
+
+
+def filter_by_perplexity(
+    experience: Iterable[Trajectory],
+    score: Scorer,
+    *,
+    current_steps: int,
+    config: ReplayFilterConfig | None = None,
+    gamma: float = 0.9,
+    batch_size: int = 8,
+    fabric: Any = None,
+    chat_template_tokenizer: Any = None,
+) -> list[StepSample]:
+    """WebRL's experience filter: the replayed steps that join this phase's training data.
+
+    `experience` holds earlier phases' trajectories in the order they were stored; `score`
+    returns geometric-mean action probabilities under the current actor; `current_steps` is
+    the number of steps collected in the current phase (the cap is `cap_ratio` times that).
+    Returns the kept samples, each with its `score`, in a seeded random order.
+    """
+    config = config or ReplayFilterConfig()
+    successes = select_successes(
+        experience, threshold=config.success_threshold, first_per_task=config.first_success_per_task
+    )
+    samples = [
+        sample
+        for trajectory in successes
+        for sample in trajectory_to_samples(trajectory, gamma=gamma, chat_template_tokenizer=chat_template_tokenizer)
+    ]
+    scores = score_samples(samples, score, batch_size=batch_size, fabric=fabric)
+    kept = []
+    for sample, probability in zip(samples, scores, strict=True):
+        sample.score = probability
+        if config.in_window(probability):
+            kept.append(sample)
+    random.Random(config.seed).shuffle(kept)
+    if config.cap_ratio is not None:
+        kept = kept[: int(config.cap_ratio * current_steps)]
+    return kept
+
+
+def current_phase_samples(
+    trajectories: Iterable[Trajectory], *, gamma: float = 0.9, chat_template_tokenizer: Any = None
+) -> list[StepSample]:
+    """All steps of the current phase's labelled trajectories (successes and failures alike)."""
+    samples = []
+    for trajectory in trajectories:
+        samples.extend(trajectory_to_samples(trajectory, gamma=gamma, chat_template_tokenizer=chat_template_tokenizer))
+    return samples

@@ -1,0 +1,173 @@
+"""Training samples: one (state, action, next state, outcome) record per agent step.
+
+Critic and actor train on steps, not trajectories. A `StepSample` carries what both need: the
+prompt the model saw (byte for byte, from `Step.prompt`), the raw response it gave, the prompt of
+the next state, and the outcome labels of its trajectory. It also keeps the pieces the prompts are
+built from (intent, earlier responses, page HTML) so that collation can re-build a prompt with a
+smaller HTML budget instead of cutting tokens.
+
+Conventions follow the WebRL release (method §1.5, §4.3): the trajectory's outcome is copied onto
+every step as `reward`; `mc_return` is the discounted sum of those rewards from the step to the
+end; the next state of the last step is its own page with its own action appended to the history.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webrl.data.prompts import DEFAULT_MAX_CHARS, build_actor_prompt
+from webrl.data.trajectory import Trajectory, TrajectoryFileError
+
+
+@dataclass
+class StepSample:
+    """One training step; `prompt` is s, `next_prompt` is s', `action` the raw response a."""
+
+    task_id: str
+    intent: str
+    trajectory_id: str
+    phase: int
+    step_index: int
+    num_steps: int
+    prompt: str
+    next_prompt: str
+    action: str
+    history: list[str]
+    html: str
+    next_html: str
+    reward: float
+    mc_return: float
+    done: bool
+    trajectory_reward: float
+    score: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def rebuild_prompts(self, max_chars: int, chat_template_tokenizer: Any = None) -> tuple[str, str]:
+        """(s, s') re-built with at most `max_chars` characters each; only the page HTML shrinks."""
+        prompt = build_actor_prompt(
+            self.intent, self.history, self.html, max_chars=max_chars, chat_template_tokenizer=chat_template_tokenizer
+        )
+        next_prompt = build_actor_prompt(
+            self.intent,
+            [*self.history, self.action],
+            self.next_html,
+            max_chars=max_chars,
+            chat_template_tokenizer=chat_template_tokenizer,
+        )
+        return prompt, next_prompt
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepSample:
+        return cls(**data)
+
+
+def trajectory_outcome(trajectory: Trajectory) -> float:
+    """The 0/1 outcome training uses: `outcome`, else the evaluator's reward, else the ORM's."""
+    for value in (trajectory.outcome, trajectory.eval_reward, trajectory.orm_reward):
+        if value is not None:
+            return 1.0 if value >= 0.5 else 0.0
+    raise ValueError(
+        f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no outcome, evaluator or ORM "
+        "reward: label it first (python -m webrl.data process --stage 1)"
+    )
+
+
+def mc_returns(rewards: list[float], gamma: float) -> list[float]:
+    """Discounted returns G_t = r_t + gamma * G_{t+1}, computed backwards from the last step."""
+    returns = [0.0] * len(rewards)
+    running = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        running = rewards[t] + gamma * running
+        returns[t] = running
+    return returns
+
+
+def trajectory_to_samples(
+    trajectory: Trajectory,
+    *,
+    gamma: float = 0.9,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    chat_template_tokenizer: Any = None,
+) -> list[StepSample]:
+    """Step samples of one labelled trajectory (release convention: outcome on every step).
+
+    `prompt` is the recorded `Step.prompt` when there is one (what the model really saw), else it
+    is built from the trajectory with the given budget and template, as the rollout would have.
+    """
+    outcome = trajectory_outcome(trajectory)
+    steps = trajectory.steps
+    rewards = [outcome] * len(steps)
+    returns = mc_returns(rewards, gamma)
+    intent = trajectory.task.intent
+    responses = [step.response for step in steps]
+    samples = []
+    for i, step in enumerate(steps):
+        history = responses[:i]
+        last = i == len(steps) - 1
+        next_html = step.observation if last else steps[i + 1].observation
+        prompt = step.prompt or build_actor_prompt(
+            intent, history, step.observation, max_chars=max_chars, chat_template_tokenizer=chat_template_tokenizer
+        )
+        recorded_next = "" if last else steps[i + 1].prompt
+        next_prompt = recorded_next or build_actor_prompt(
+            intent, responses[: i + 1], next_html, max_chars=max_chars, chat_template_tokenizer=chat_template_tokenizer
+        )
+        samples.append(
+            StepSample(
+                task_id=trajectory.task.task_id,
+                intent=intent,
+                trajectory_id=trajectory.trajectory_id,
+                phase=trajectory.phase,
+                step_index=i,
+                num_steps=len(steps),
+                prompt=prompt,
+                next_prompt=next_prompt,
+                action=step.response,
+                history=history,
+                html=step.observation,
+                next_html=next_html,
+                reward=rewards[i],
+                mc_return=returns[i],
+                done=last,
+                trajectory_reward=outcome,
+            )
+        )
+    return samples
+
+
+def write_samples(path: str | os.PathLike, samples: Iterable[StepSample]) -> None:
+    """Write step samples as JSONL atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for sample in samples:
+            handle.write(json.dumps(sample.to_dict(), ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def iter_samples(path: str | os.PathLike) -> Iterator[StepSample]:
+    """Read a step-sample JSONL file; a bad line is an error naming the file and line."""
+    path = Path(path)
+    with path.open("r", encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield StepSample.from_dict(json.loads(line))
+            except (json.JSONDecodeError, TypeError) as err:
+                raise TrajectoryFileError(f"{path}:{number}: not a step-sample record ({err})") from err
+
+
+def read_samples(path: str | os.PathLike) -> list[StepSample]:
+    return list(iter_samples(path))
