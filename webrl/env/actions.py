@@ -1,0 +1,168 @@
+"""WebRL's action language: `do(action="Click", element="7")`, `exit(message="…")` and friends.
+
+The model answers with one Python-call-shaped line, optionally preceded by `# Element: …` and
+`# Note: …` comment lines (method §5). Like the release, parsing takes the text from the last
+`exit(` or else the last `do(` occurrence, then reads it with `ast` (never `eval`), so a response
+that thinks aloud before its action still parses, and text after the call (a stop token, a stray
+explanation) is ignored. Anything that does not parse raises `ActionParseError`; the episode turns
+that into a step error the agent sees on its next turn rather than an exception.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# WebRL action names (case-insensitive, spaces/underscores free) -> canonical names.
+_DO_ACTIONS = {
+    "click": "click",
+    "type": "type",
+    "search": "search",
+    "hover": "hover",
+    "selectdropdownoption": "select",
+    "scrollup": "scroll_up",
+    "scrolldown": "scroll_down",
+    "pressenter": "press_enter",
+    "gobackward": "go_backward",
+    "goback": "go_backward",
+    "goforward": "go_forward",
+    "wait": "wait",
+}
+_NEEDS_ELEMENT = {"click", "type", "search", "hover", "select"}
+_NEEDS_ARGUMENT = {"type", "search", "select"}
+_BARE_CALLS = {"go_backward": "go_backward", "go_forward": "go_forward"}
+_CALL_START = re.compile(r"\b(exit|do|go_backward|go_forward)\s*\(")
+_CALL_ORDER = ("exit", "do", "go_backward", "go_forward")
+
+ACTION_NAMES = frozenset(_DO_ACTIONS.values()) | {"exit"}
+
+
+class ActionParseError(ValueError):
+    """A model response that is not a valid action; the message says what is wrong with it."""
+
+
+@dataclass
+class Action:
+    """One parsed action. `name` is canonical (see ACTION_NAMES); `raw` is the whole response."""
+
+    name: str
+    element: str | None = None
+    argument: str | None = None
+    message: str | None = None
+    raw: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "element": self.element,
+            "argument": self.argument,
+            "message": self.message,
+            "raw": self.raw,
+        }
+
+    def key(self) -> tuple[str, str | None, str | None, str | None]:
+        """Identity of the action without comments or formatting, for repeated-action detection."""
+        return (self.name, self.element, self.argument, self.message)
+
+
+def _call_candidates(text: str) -> list[str]:
+    """Texts that may hold the action: from each `exit(`, then each `do(`, then bare go_* calls, last first.
+
+    The release reads from the last `exit(` (else the last `do(`); trying earlier occurrences next
+    keeps a `do(` quoted inside an argument from hiding the real call.
+    """
+    found: dict[str, list[int]] = {}
+    for match in _CALL_START.finditer(text):
+        found.setdefault(match.group(1), []).append(match.start())
+    candidates = [text[start:] for name in _CALL_ORDER for start in reversed(found.get(name, []))]
+    if candidates:
+        return candidates
+    lines = [line for line in text.strip().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        raise ActionParseError('empty response: expected a call such as do(action="Click", element="3")')
+    raise ActionParseError(f"no do(...) or exit(...) call in the response: {lines[-1][:120]!r}")
+
+
+def _parse_call(call_text: str) -> ast.Call:
+    """Parse the shortest prefix of `call_text` that is a complete call, ignoring what follows."""
+    closes = [i for i, ch in enumerate(call_text) if ch == ")"]
+    last_error = "missing closing parenthesis"
+    for end in closes:
+        try:
+            node = ast.parse(call_text[: end + 1].strip(), mode="eval").body
+        except SyntaxError as err:
+            last_error = err.msg
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            return node
+    raise ActionParseError(f"cannot parse {call_text[:120]!r} as a call ({last_error})")
+
+
+def _literal(node: ast.expr, key: str) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int)) and not isinstance(node.value, bool):
+        return str(node.value)
+    raise ActionParseError(f"argument {key!r} must be a string literal, got {ast.unparse(node)!r}")
+
+
+def _arguments(call: ast.Call) -> dict[str, str]:
+    func = call.func.id  # type: ignore[attr-defined]
+    values: dict[str, str] = {}
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            raise ActionParseError(f"{func}(...) does not accept **kwargs")
+        values[keyword.arg] = _literal(keyword.value, keyword.arg)
+    if call.args:
+        # exit("answer") is a common slip for exit(message="answer"); nothing else takes positionals.
+        if func == "exit" and len(call.args) == 1 and "message" not in values:
+            values["message"] = _literal(call.args[0], "message")
+        else:
+            raise ActionParseError(f'{func}(...) takes keyword arguments only, e.g. do(action="Click", element="3")')
+    return values
+
+
+def parse_action(text: str) -> Action:
+    """Parse a model response into an Action; raise ActionParseError saying what is wrong.
+
+    Candidates are tried in the release's order of preference; the first that makes a valid action
+    wins, and when none does, the error is the one for the most likely candidate.
+    """
+    errors: list[ActionParseError] = []
+    for candidate in _call_candidates(text):
+        try:
+            return _action_from_call(_parse_call(candidate), text)
+        except ActionParseError as err:
+            errors.append(err)
+    raise errors[0]
+
+
+def _action_from_call(call: ast.Call, text: str) -> Action:
+    func = call.func.id  # type: ignore[attr-defined]
+    values = _arguments(call)
+    if func == "exit":
+        unknown = set(values) - {"message"}
+        if unknown:
+            raise ActionParseError(f"exit(...) takes only message=, got {sorted(unknown)}")
+        return Action(name="exit", message=values.get("message", ""), raw=text)
+    if func in _BARE_CALLS:
+        if values:
+            raise ActionParseError(f"{func}() takes no arguments, got {sorted(values)}")
+        return Action(name=_BARE_CALLS[func], raw=text)
+    unknown = set(values) - {"action", "element", "argument"}
+    if unknown:
+        raise ActionParseError(f"do(...) got unknown arguments {sorted(unknown)}; expected action, element, argument")
+    if "action" not in values:
+        raise ActionParseError('do(...) needs action=, e.g. do(action="Click", element="3")')
+    key = re.sub(r"[\s_-]+", "", values["action"].lower())
+    if key not in _DO_ACTIONS:
+        known = "Click, Type, Search, Hover, Select Dropdown Option, Scroll Up, Scroll Down, Press Enter, "
+        raise ActionParseError(f"unknown action {values['action']!r}; known: {known}Go Backward, Go Forward, Wait")
+    name = _DO_ACTIONS[key]
+    if name in _NEEDS_ELEMENT and not values.get("element", "").strip():
+        raise ActionParseError(f'{values["action"]} needs element="N" (the id of an element in the page)')
+    if name in _NEEDS_ARGUMENT and "argument" not in values:
+        raise ActionParseError(f'{values["action"]} needs argument="..."')
+    element = values["element"].strip() if name in _NEEDS_ELEMENT else None
+    argument = values.get("argument") if name in _NEEDS_ARGUMENT else None
+    return Action(name=name, element=element, argument=argument, raw=text)

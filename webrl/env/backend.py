@@ -1,0 +1,97 @@
+"""Site backends: what an episode needs to know about the website family its task runs on.
+
+The browser pool and episode are site-agnostic; a backend supplies the per-site parts: which
+origins the episode may reach (everything else is blocked), how to isolate an episode's state in
+its browser context (cookies, storage), how to open the start page, whether the site itself has
+ended the episode (MiniWoB++ does), and how to score the outcome. `WebArenaBackend` is the generic
+one for sites driven by WebArena-format task configs; the embedded sites and MiniWoB++ subclass
+or mirror it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
+
+from webrl.data.trajectory import Task
+from webrl.env.evaluators import EvalResult, Judge, evaluate_task
+from webrl.env.tasks import normalise_url_map
+
+# WebArena starts multi-tab tasks with several URLs joined by this; webrl opens the first.
+_AND = " |AND| "
+
+
+def origin_of(url: str) -> str:
+    """`scheme://host[:port]` of a URL, the unit the allowlist works in."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        raise ValueError(f"not an absolute http(s) URL: {url!r}")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def first_start_url(task: Task) -> str:
+    return task.start_url.split(_AND)[0].strip()
+
+
+@runtime_checkable
+class SiteBackend(Protocol):
+    """One kind of website family, as the episode sees it."""
+
+    url_map: dict[str, str]
+
+    def allowed_origins(self, task: Task) -> list[str]:
+        """Origins (`http://127.0.0.1:PORT`) the episode may request; everything else is blocked."""
+        ...
+
+    async def setup_context(self, context: Any, task: Task) -> None:
+        """Isolate the episode in its fresh browser context (cookies, storage state)."""
+        ...
+
+    async def start(self, page: Any, task: Task) -> None:
+        """Open the task's start page; may fill in task fields known only then (MiniWoB's intent)."""
+        ...
+
+    async def episode_done(self, page: Any, task: Task) -> bool:
+        """True when the site itself has ended the episode (checked after every action)."""
+        ...
+
+    async def evaluate(self, page: Any, task: Task, answer: str | None) -> float | EvalResult | None:
+        """Score the final state in [0, 1] (an EvalResult carries per-type detail), None if no evaluator."""
+        ...
+
+
+class WebArenaBackend:
+    """Sites driven by WebArena task configs: start at start_url, score with WebArena's evaluators.
+
+    Args:
+        url_map: placeholder -> deployment URL, e.g. {"__SHOPPING__": "http://127.0.0.1:7770"}.
+        judge: LLM judge for fuzzy_match references; without one such tasks report `needs_judge`.
+    """
+
+    def __init__(self, url_map: dict[str, str], judge: Judge | None = None) -> None:
+        self.url_map = normalise_url_map(url_map)
+        self.judge = judge
+
+    def allowed_origins(self, task: Task) -> list[str]:
+        """The start page's origin plus the origin of every site the task names."""
+        origins = {origin_of(first_start_url(task))}
+        for site in task.sites:
+            url = self.url_map.get(f"__{site.upper()}__")
+            if url:
+                origins.add(origin_of(url))
+        return sorted(origins)
+
+    async def setup_context(self, context: Any, task: Task) -> None:
+        return None
+
+    async def start(self, page: Any, task: Task) -> None:
+        await page.goto(first_start_url(task), wait_until="domcontentloaded")
+
+    async def episode_done(self, page: Any, task: Task) -> bool:
+        return False
+
+    async def evaluate(self, page: Any, task: Task, answer: str | None) -> EvalResult | None:
+        """WebArena's product of per-type scores, with the per-type detail."""
+        if not task.has_evaluator:
+            return None
+        return await evaluate_task(task, page, answer, judge=self.judge)

@@ -1,0 +1,159 @@
+"""BrowserPool: one Chromium, one isolated context per episode, and recovery when Chromium dies.
+
+Contexts are cheap (milliseconds) and share nothing (cookies, storage, cache), so running many
+episodes in one browser gives both isolation and speed; a semaphore caps how many run at once. A
+crashed Chromium must not take a training run down: the episodes that were using it end with
+status "error" on their next call, and the next episode the pool hands out gets a relaunched
+browser.
+
+    async with BrowserPool(BrowserConfig(max_concurrency=4)) as pool:
+        async with pool.episode(task, backend) as episode:
+            observation = await episode.reset()
+            result = await episode.step('do(action="Click", element="3")')
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import async_playwright
+
+from webrl.data.trajectory import Task
+from webrl.env.backend import SiteBackend
+from webrl.env.chromium import DEFAULT_LAUNCH_ARGS, find_chromium
+from webrl.env.episode import Episode, EpisodeLimits
+from webrl.env.observation import ObservationConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BrowserConfig:
+    """How the pool launches Chromium and how many episodes share it."""
+
+    executable_path: str | None = None
+    """Chromium binary; None searches WEBRL_CHROMIUM, the system, then Playwright's cache."""
+    headless: bool = True
+    """Run without a window (the only option on servers)."""
+    max_concurrency: int = 8
+    """Episodes (browser contexts) open at the same time; further `episode()` calls wait."""
+    launch_args: list[str] = field(default_factory=lambda: list(DEFAULT_LAUNCH_ARGS))
+    """Chromium command-line flags."""
+    viewport_width: int = 1280
+    """Page width in CSS pixels (WebRL: 1280)."""
+    viewport_height: int = 720
+    """Page height in CSS pixels (WebRL: 720)."""
+    launch_timeout_s: float = 30.0
+    """Limit for Chromium to start."""
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ValueError(f"BrowserConfig.max_concurrency must be >= 1, got {self.max_concurrency}")
+
+
+class BrowserPool:
+    """Hands out episodes, each in its own context of one shared Chromium (an async context manager)."""
+
+    def __init__(self, config: BrowserConfig | None = None) -> None:
+        self.config = config or BrowserConfig()
+        self.executable_path = find_chromium(self.config.executable_path)
+        self.launches = 0
+        self.relaunches = 0
+        self._playwright: Any = None
+        self._browser: Any = None
+        self._lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(self.config.max_concurrency)
+
+    async def __aenter__(self) -> BrowserPool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Start Playwright and launch Chromium (done by `async with`)."""
+        if self._playwright is None:
+            self._playwright = await async_playwright().start()
+        await self.browser()
+
+    async def _launch(self) -> None:
+        self._browser = await self._playwright.chromium.launch(
+            executable_path=self.executable_path,
+            headless=self.config.headless,
+            args=self.config.launch_args,
+            timeout=self.config.launch_timeout_s * 1000,
+        )
+        self.launches += 1
+
+    async def browser(self) -> Any:
+        """The live Browser, relaunching Chromium first if it died."""
+        if self._playwright is None:
+            raise RuntimeError("BrowserPool is not started: use `async with BrowserPool(...) as pool`")
+        async with self._lock:
+            if self._browser is not None and self._browser.is_connected():
+                return self._browser
+            if self._browser is not None:
+                self.relaunches += 1
+                log.warning("Chromium died; relaunching it (relaunch %d)", self.relaunches)
+            await self._launch()
+            return self._browser
+
+    async def _new_context(self) -> Any:
+        options = {
+            "viewport": {"width": self.config.viewport_width, "height": self.config.viewport_height},
+            # Service workers would fetch outside context.route and so escape the host allowlist.
+            "service_workers": "block",
+        }
+        try:
+            return await (await self.browser()).new_context(**options)
+        except PlaywrightError:
+            # Chromium may have died between the liveness check and the call: one relaunch, then fail.
+            if self._browser is not None and self._browser.is_connected():
+                raise
+            return await (await self.browser()).new_context(**options)
+
+    @asynccontextmanager
+    async def episode(
+        self,
+        task: Task,
+        backend: SiteBackend,
+        limits: EpisodeLimits | None = None,
+        observation: ObservationConfig | None = None,
+    ) -> AsyncIterator[Episode]:
+        """An Episode for `task` in a fresh context; waits while `max_concurrency` are open."""
+        async with self._slots:
+            context = await self._new_context()
+            episode = Episode(task, backend, context, limits, observation)
+            try:
+                yield episode
+            finally:
+                await episode.close()
+
+    async def browser_pid(self) -> int | None:
+        """Process id of the Chromium browser process (for monitoring, and for crash tests)."""
+        browser = await self.browser()
+        session = await browser.new_browser_cdp_session()
+        try:
+            info = await session.send("SystemInfo.getProcessInfo")
+        finally:
+            await session.detach()
+        return next((p["id"] for p in info["processInfo"] if p["type"] == "browser"), None)
+
+    async def close(self) -> None:
+        """Close Chromium and Playwright; safe after a crash and when called twice."""
+        if self._browser is not None:
+            try:
+                await self._browser.close()
+            except PlaywrightError:
+                log.debug("browser already gone at close")
+            self._browser = None
+        if self._playwright is not None:
+            await self._playwright.stop()
+            self._playwright = None

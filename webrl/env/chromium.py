@@ -1,0 +1,80 @@
+"""Find a Chromium to drive, without downloading one.
+
+Playwright normally downloads its own browser build; many machines (CI images, clusters without
+internet) cannot, but have a distribution Chromium. The search order is: an explicit path, the
+`WEBRL_CHROMIUM` environment variable, a system Chromium on PATH or in /usr/bin, then a browser
+that `playwright install` already put in its cache. When none exists the error says exactly what
+to run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+ENV_VAR = "WEBRL_CHROMIUM"
+SYSTEM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+SYSTEM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/lib/chromium/chromium")
+# Flags that make a headless Chromium quiet and robust in containers (measured on this project's CI image).
+DEFAULT_LAUNCH_ARGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+)
+INSTALL_HINT = (
+    "install one with `python -m webrl.env.setup_browser` (uses apt-get as root, else prints the command), "
+    "or `sudo apt-get install -y chromium`, or `python -m playwright install chromium` where downloads work; "
+    f"or point {ENV_VAR} at a Chromium/Chrome binary"
+)
+
+
+class ChromiumNotFoundError(FileNotFoundError):
+    """No usable Chromium; the message says how to get one."""
+
+
+def _executable(path: str | os.PathLike) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def playwright_managed_chromium() -> str | None:
+    """The newest Chromium in Playwright's browser cache, if `playwright install` put one there."""
+    root = Path(os.environ.get("PLAYWRIGHT_BROWSERS_PATH") or Path.home() / ".cache" / "ms-playwright")
+    if not root.is_dir():
+        return None
+    patterns = ("chromium-*/chrome-linux*/chrome", "chromium_headless_shell-*/chrome-*/headless_shell")
+    found = [p for pattern in patterns for p in root.glob(pattern) if _executable(p)]
+    if not found:
+        return None
+    return str(max(found, key=lambda p: int(p.parts[len(root.parts)].rsplit("-", 1)[-1] or 0)))
+
+
+def find_chromium(explicit: str | os.PathLike | None = None) -> str:
+    """Path of the Chromium to launch; raise ChromiumNotFoundError with install instructions."""
+    if explicit:
+        if not _executable(explicit):
+            raise ChromiumNotFoundError(f"browser executable_path {str(explicit)!r} is not an executable file")
+        return str(explicit)
+    from_env = os.environ.get(ENV_VAR)
+    if from_env:
+        if not _executable(from_env):
+            raise ChromiumNotFoundError(f"{ENV_VAR}={from_env!r} is not an executable file")
+        return from_env
+    for name in SYSTEM_NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    for path in SYSTEM_PATHS:
+        if _executable(path):
+            return path
+    managed = playwright_managed_chromium()
+    if managed:
+        return managed
+    raise ChromiumNotFoundError(
+        f"no Chromium found (checked {ENV_VAR}, PATH, /usr/bin, Playwright's cache); {INSTALL_HINT}"
+    )

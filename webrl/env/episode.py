@@ -1,0 +1,269 @@
+"""One task carried out in one isolated browser context, recorded step by step as a Trajectory.
+
+The episode is the contract between the browser and the rollout loop: `reset()` opens the task's
+start page and returns the first observation; `step(response)` parses the model's raw response,
+acts, observes and records a Step (observation and URL from *before* the action, as training
+needs). Nothing the agent or the site does raises: malformed actions, missing elements, slow pages
+and even a dead browser become step errors or an ended episode with its status and reason recorded
+(method §5 limits: 30 steps, 5 identical consecutive actions, 5 consecutive parse failures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from playwright.async_api import Error as PlaywrightError
+
+from webrl.data.trajectory import Step, Task, Trajectory
+from webrl.env.actions import Action, ActionParseError, parse_action
+from webrl.env.backend import SiteBackend, origin_of
+from webrl.env.evaluators import EvalResult
+from webrl.env.executor import PageGoneError, execute_action
+from webrl.env.observation import Observation, ObservationConfig, observe
+
+# Errors that mean "the browser side failed", as opposed to bugs in webrl or a backend.
+_BROWSER_ERRORS = (PlaywrightError, PageGoneError, asyncio.TimeoutError, OSError)
+_KEPT_BLOCKED_URLS = 20
+
+
+@dataclass
+class EpisodeLimits:
+    """When an episode stops, and how long any part of it may take."""
+
+    max_steps: int = 30
+    """Steps (agent turns) before the episode ends with status "max_steps"."""
+    max_repeated_actions: int = 5
+    """Identical consecutive actions (comments ignored) that end it with "repeated_action"."""
+    max_parse_failures: int = 5
+    """Consecutive unparsable responses that end it with "parse_failures"."""
+    action_timeout_s: float = 10.0
+    """Limit for one action, one observation, and for opening the start page."""
+    episode_timeout_s: float = 300.0
+    """Wall-clock limit from reset; a step after it ends the episode with "timeout"."""
+    wait_action_s: float = 1.0
+    """How long the Wait action waits."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "max_repeated_actions", "max_parse_failures"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EpisodeLimits.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("action_timeout_s", "episode_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"EpisodeLimits.{name} must be > 0, got {getattr(self, name)}")
+
+
+@dataclass
+class StepResult:
+    """What the agent sees after a step: the new observation, the parsed action and any error."""
+
+    observation: Observation
+    action: Action | None
+    error: str | None
+    done: bool
+    status: str
+
+
+class Episode:
+    """One task in one isolated browser context. Created by `BrowserPool.episode`."""
+
+    def __init__(
+        self,
+        task: Task,
+        backend: SiteBackend,
+        context: Any,
+        limits: EpisodeLimits | None = None,
+        observation: ObservationConfig | None = None,
+    ) -> None:
+        # A copy, so a backend filling in per-episode fields (MiniWoB's intent) never touches a shared Task.
+        self.task = Task.from_dict(task.to_dict())
+        self.backend = backend
+        self.context = context
+        self.limits = limits or EpisodeLimits()
+        self.observation_config = observation or ObservationConfig()
+        self.trajectory = Trajectory(task=self.task)
+        self.trajectory.metadata["blocked_requests"] = 0
+        self.page: Any = None
+        self._allowed = set(backend.allowed_origins(self.task))
+        self._observation = Observation.empty()
+        self._started = 0.0
+        self._repeats = 0
+        self._last_key: tuple | None = None
+        self._parse_failures = 0
+
+    @property
+    def done(self) -> bool:
+        return self.trajectory.status != "running"
+
+    @property
+    def observation(self) -> Observation:
+        """The latest observation (the one the agent acts on next)."""
+        return self._observation
+
+    async def _route(self, route: Any) -> None:
+        """Let requests to the task's origins through; block and count every other one."""
+        url = route.request.url
+        try:
+            allowed = origin_of(url) in self._allowed
+        except ValueError:
+            allowed = False
+        try:
+            if allowed:
+                await route.continue_()
+                return
+            metadata = self.trajectory.metadata
+            metadata["blocked_requests"] += 1
+            if len(metadata.setdefault("blocked_urls", [])) < _KEPT_BLOCKED_URLS:
+                metadata["blocked_urls"].append(url[:200])
+            await route.abort("blockedbyclient")
+        except PlaywrightError:
+            return  # the context closed under the request; nothing left to protect
+
+    def _end(self, status: str, error: str | None = None) -> None:
+        self.trajectory.status = status
+        self.trajectory.error = error
+        self.trajectory.final_url = self._observation.url
+        self.trajectory.final_observation = self._observation.html
+        self.trajectory.metadata["duration_s"] = round(time.monotonic() - self._started, 3)
+
+    async def _observe(self) -> Observation:
+        self._observation = await asyncio.wait_for(
+            observe(self.page, self.observation_config), timeout=self.limits.action_timeout_s
+        )
+        return self._observation
+
+    async def reset(self) -> Observation:
+        """Open the start page and return the first observation.
+
+        If the site or browser fails here, the episode ends at once with status "error" (see
+        `done`) and an empty observation is returned, so a rollout loop never has to catch.
+        """
+        if self.page is not None or self.done:
+            raise RuntimeError(f"episode for task {self.task.task_id} was already reset")
+        self._started = time.monotonic()
+        try:
+            await self.context.route("**/*", self._route)
+            await self.backend.setup_context(self.context, self.task)
+            self.page = await self.context.new_page()
+            self.page.set_default_timeout(self.limits.action_timeout_s * 1000)
+            await asyncio.wait_for(self.backend.start(self.page, self.task), timeout=self.limits.action_timeout_s * 2)
+            return await self._observe()
+        except _BROWSER_ERRORS as err:
+            self._end("error", f"reset failed: {_describe(err)}")
+            return self._observation
+
+    async def _act(self, action: Action) -> str | None:
+        try:
+            return await execute_action(self.page, action, self.limits.action_timeout_s, self.limits.wait_action_s)
+        except asyncio.TimeoutError:
+            return f"{action.name} timed out after {self.limits.action_timeout_s:g}s"
+
+    async def step(self, response: str, prompt: str = "") -> StepResult:
+        """Parse `response`, act, observe, record the step; return what the agent sees next."""
+        if self.page is None and not self.done:
+            raise RuntimeError("call reset() before step()")
+        if self.done:
+            raise RuntimeError(f"episode for task {self.task.task_id} already ended ({self.trajectory.status})")
+        before = self._observation
+        action: Action | None = None
+        error: str | None = None
+        ended: tuple[str, str | None] | None = None
+        timings = {"act": 0.0, "observe": 0.0}
+        try:
+            action = parse_action(response)
+            self._parse_failures = 0
+            self._repeats = self._repeats + 1 if action.key() == self._last_key else 1
+            self._last_key = action.key()
+        except ActionParseError as err:
+            error = f"invalid action: {err}"
+            self._parse_failures += 1
+            self._repeats, self._last_key = 0, None
+        if action is not None and action.name == "exit":
+            self.trajectory.answer = action.message
+            ended = ("exit", None)
+        elif time.monotonic() - self._started > self.limits.episode_timeout_s:
+            ended = ("timeout", f"episode exceeded {self.limits.episode_timeout_s:g}s")
+        else:
+            try:
+                start = time.perf_counter()
+                if action is not None:
+                    error = await self._act(action)
+                timings["act"] = time.perf_counter() - start
+                start = time.perf_counter()
+                await self._observe()
+                timings["observe"] = time.perf_counter() - start
+                if action is not None and await self.backend.episode_done(self.page, self.task):
+                    ended = ("site_done", None)
+            except _BROWSER_ERRORS as err:
+                ended = ("error", f"browser failed during step {len(self.trajectory.steps)}: {_describe(err)}")
+        self.trajectory.steps.append(
+            Step(
+                index=len(self.trajectory.steps),
+                prompt=prompt,
+                observation=before.html,
+                response=response,
+                action=action.to_dict() if action else None,
+                url=before.url,
+                error=error,
+                timings={k: round(v, 4) for k, v in timings.items()},
+            )
+        )
+        ended = ended or self._limit_reached()
+        if ended:
+            self._end(*ended)
+        return StepResult(self._observation, action, error, self.done, self.trajectory.status)
+
+    def _limit_reached(self) -> tuple[str, str | None] | None:
+        limits = self.limits
+        if self._parse_failures >= limits.max_parse_failures:
+            return "parse_failures", f"{self._parse_failures} consecutive responses did not parse"
+        if self._repeats >= limits.max_repeated_actions:
+            return "repeated_action", f"the same action {self._repeats} times in a row"
+        if len(self.trajectory.steps) >= limits.max_steps:
+            return "max_steps", None
+        if time.monotonic() - self._started > limits.episode_timeout_s:
+            return "timeout", f"episode exceeded {limits.episode_timeout_s:g}s"
+        return None
+
+    async def evaluate(self) -> float | None:
+        """Score the final state with the backend; sets and returns `trajectory.eval_reward`.
+
+        None when the task has no programmatic evaluator, when a fuzzy_match has no judge (the
+        ORM decides then), or when the browser is gone; the reason goes into the metadata.
+        """
+        if self.page is None or self.page.is_closed():
+            self.trajectory.metadata["eval_error"] = "no live page to evaluate"
+            return None
+        try:
+            result = await asyncio.wait_for(
+                self.backend.evaluate(self.page, self.task, self.trajectory.answer),
+                timeout=self.limits.action_timeout_s * 3,
+            )
+        except _BROWSER_ERRORS as err:
+            self.trajectory.metadata["eval_error"] = _describe(err)
+            return None
+        if isinstance(result, EvalResult):
+            self.trajectory.metadata["eval"] = {
+                "per_type": result.per_type,
+                "needs_judge": result.needs_judge,
+                **result.details,
+            }
+            result = None if result.needs_judge else result.score
+        self.trajectory.eval_reward = result
+        return result
+
+    async def close(self) -> None:
+        """Close the episode's browser context; safe to call twice and after the browser died."""
+        if not self.done:
+            self._end("error", "episode closed before it ended")
+        try:
+            await self.context.close()
+        except PlaywrightError:
+            return
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:300]}" if text else type(err).__name__

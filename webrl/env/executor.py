@@ -1,0 +1,136 @@
+"""Carry out a parsed Action in a Playwright page.
+
+Element N is `[data-webrl-id="N"]`, stamped by the latest observation. A failed action (element
+missing, not editable, option absent, timeout) is returned as an error string that the episode
+records on the step and shows the agent next turn: a wrong click is the agent's mistake to learn
+from, not a crash. Only a page or browser that is gone raises (`PageGoneError`), because then the
+episode cannot go on.
+
+Unlike the release, there is no fixed 3 s sleep after each action: a click that starts a
+navigation is awaited by Playwright, then the new document's DOMContentLoaded, and dynamic pages
+can be waited on with the Wait action.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from playwright.async_api import Error as PlaywrightError
+
+from webrl.env.actions import Action
+from webrl.env.observation import element_selector
+
+# Finds the option whose text (or, failing that, value) matches, case-insensitively as a fallback,
+# so that a missing option is an immediate error instead of select_option waiting for the timeout.
+_FIND_OPTION_JS = """
+(el, wanted) => {
+  if (el.localName !== "select") return -2;
+  const options = Array.from(el.options);
+  const norm = (s) => s.replace(/\\s+/g, " ").trim();
+  const tests = [
+    (o) => norm(o.textContent) === norm(wanted),
+    (o) => o.value === wanted,
+    (o) => norm(o.textContent).toLowerCase() === norm(wanted).toLowerCase(),
+  ];
+  for (const test of tests) {
+    const index = options.findIndex(test);
+    if (index >= 0) return index;
+  }
+  return -1;
+}
+"""
+
+_OPTIONS_JS = "(el) => Array.from(el.options).map((o) => o.textContent.replace(/\\s+/g, ' ').trim())"
+
+
+class PageGoneError(RuntimeError):
+    """The page, its context or the browser closed under the action: the episode cannot go on."""
+
+
+def _short(err: BaseException) -> str:
+    """First line of a Playwright error: the rest is a call log the agent cannot use."""
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else type(err).__name__
+
+
+async def _element(page: Any, action: Action) -> tuple[Any, str | None]:
+    locator = page.locator(element_selector(action.element or ""))
+    if await locator.count() == 0:
+        return None, f"element {action.element} is not in the page (use an id from the current observation)"
+    return locator.first, None
+
+
+async def _select(page: Any, locator: Any, action: Action, timeout_ms: float) -> str | None:
+    index = await locator.evaluate(_FIND_OPTION_JS, action.argument)
+    if index == -2:
+        return f"element {action.element} is not a <select>; click it to open a custom dropdown instead"
+    if index == -1:
+        options = await locator.evaluate(_OPTIONS_JS)
+        return f"element {action.element} has no option {action.argument!r}; options: {options[:20]}"
+    await locator.select_option(index=index, timeout=timeout_ms)
+    return None
+
+
+async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> str | None:
+    name = action.name
+    if name == "exit":
+        return None
+    if name == "wait":
+        await asyncio.sleep(wait_s)
+        return None
+    if name in ("scroll_up", "scroll_down"):
+        # Two thirds of the viewport per scroll, like the release, so consecutive views overlap.
+        sign = -1 if name == "scroll_up" else 1
+        await page.evaluate("(sign) => window.scrollBy(0, sign * Math.round(window.innerHeight * 2 / 3))", sign)
+        return None
+    if name == "press_enter":
+        await page.keyboard.press("Enter")
+        return None
+    if name in ("go_backward", "go_forward"):
+        back = name == "go_backward"
+        before = page.url
+        response = await (page.go_back if back else page.go_forward)(timeout=timeout_ms, wait_until="domcontentloaded")
+        if response is None and page.url == before:
+            return f"there is no {'earlier' if back else 'later'} page in this tab's history"
+        return None
+    locator, error = await _element(page, action)
+    if error:
+        return error
+    if name == "click":
+        await locator.click(timeout=timeout_ms)
+    elif name == "hover":
+        await locator.hover(timeout=timeout_ms)
+    elif name in ("type", "search"):
+        # Clear then type key by key: widgets that listen to key events (autocomplete) see them.
+        await locator.fill("", timeout=timeout_ms)
+        await locator.press_sequentially(action.argument or "", timeout=timeout_ms)
+        if name == "search":
+            await locator.press("Enter", timeout=timeout_ms)
+    elif name == "select":
+        return await _select(page, locator, action, timeout_ms)
+    else:
+        raise ValueError(f"no executor for action {name!r}")
+    return None
+
+
+async def execute_action(page: Any, action: Action, timeout_s: float = 10.0, wait_s: float = 1.0) -> str | None:
+    """Carry out `action` in `page`; return None on success or an error message for the agent.
+
+    Raises PageGoneError when the page or browser closed, and asyncio.TimeoutError when the whole
+    action (including its settling) took longer than `timeout_s` plus a second of grace.
+    """
+    timeout_ms = timeout_s * 1000
+
+    async def act() -> str | None:
+        error = await _run(page, action, timeout_ms, wait_s)
+        # A navigation the action started has committed by now; let its document finish parsing.
+        await page.wait_for_load_state("domcontentloaded", timeout=timeout_ms)
+        return error
+
+    try:
+        return await asyncio.wait_for(act(), timeout=timeout_s + max(wait_s, 0.0) + 1.0)
+    except PlaywrightError as err:
+        if page.is_closed() or not page.context.browser or not page.context.browser.is_connected():
+            raise PageGoneError(_short(err)) from err
+        return f"{action.name} failed: {_short(err)}"

@@ -1,0 +1,82 @@
+"""Observations in WebRL's text form: simplified HTML with numbered interactive elements.
+
+An observation is what the model reads each turn. WebRL's release shows the model the current
+page as simplified HTML (`<tag id="N" attr="…">text</tag>`, ids only on elements it can act on,
+method §5); this module produces that form with one `page.evaluate` (see `observation_script`),
+then applies the character budget on the Python side so the cut is marked the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from webrl.env.observation_script import OBSERVE_JS
+
+# The attribute the page script stamps on every labelled element; actions find element N with it.
+ELEMENT_ATTRIBUTE = "data-webrl-id"
+
+
+@dataclass
+class ObservationConfig:
+    """How a page becomes text. Defaults keep a small page within a small model's context."""
+
+    max_chars: int = 12_000
+    """Character budget of the html; the end is cut and marked when a page is larger."""
+    text_limit: int = 500
+    """Each text node and attribute value is clipped to this many characters (WebRL: 500)."""
+    viewport_only: bool = False
+    """Keep only elements inside the viewport (WebRL's release: True; needs Scroll actions)."""
+    bbox: bool = False
+    """Add `data-bbox="x,y,w,h"` (viewport pixels) to labelled elements, like WebRL's release."""
+
+    def __post_init__(self) -> None:
+        if self.max_chars < 100:
+            raise ValueError(f"ObservationConfig.max_chars must be >= 100, got {self.max_chars}")
+        if self.text_limit < 1:
+            raise ValueError(f"ObservationConfig.text_limit must be >= 1, got {self.text_limit}")
+
+
+@dataclass
+class Observation:
+    """The page as the model sees it: simplified html, plus the url and title beside it."""
+
+    html: str
+    url: str
+    title: str
+
+    @classmethod
+    def empty(cls, url: str = "") -> Observation:
+        """The observation of a page that could not be read (e.g. the browser died)."""
+        return cls(html="", url=url, title="")
+
+
+def element_selector(element: str) -> str:
+    """CSS selector of labelled element `element` in the page after the last observation."""
+    return f'[{ELEMENT_ATTRIBUTE}="{element}"]'
+
+
+def cut_to_budget(html: str, max_chars: int) -> str:
+    """Cut `html` to `max_chars` characters at a line end where possible, marking the cut."""
+    if len(html) <= max_chars:
+        return html
+    head = html[:max_chars]
+    line_end = head.rfind("\n")
+    if line_end > max_chars // 2:
+        head = head[:line_end]
+    return f"{head}\n[... observation cut: {len(html) - len(head)} more characters ...]"
+
+
+async def observe(page: Any, config: ObservationConfig | None = None) -> Observation:
+    """Render `page` (a Playwright Page) as an Observation and stamp element ids in the DOM."""
+    config = config or ObservationConfig()
+    result = await page.evaluate(
+        OBSERVE_JS,
+        {
+            "maxChars": config.max_chars,
+            "textLimit": config.text_limit,
+            "viewportOnly": config.viewport_only,
+            "bbox": config.bbox,
+        },
+    )
+    return Observation(html=cut_to_budget(result["html"], config.max_chars), url=result["url"], title=result["title"])

@@ -1,0 +1,190 @@
+"""The page-side half of an observation: one JavaScript function run by a single `page.evaluate`.
+
+Keeping the whole DOM walk in the page costs one round trip per observation (a few ms on a small
+page) instead of one per element. The function renders the visible DOM in WebRL's simplified-HTML
+form and stamps `data-webrl-id="N"` on every element it labels, so that an action on element N is
+`[data-webrl-id="N"]`. Labels are assigned in document order during one pre-order walk, so the same
+DOM always gets the same ids. Stale stamps from an earlier observation are removed first.
+
+Rendering rules (why each exists):
+- Interactive elements (native controls, ARIA widget roles, inline onclick, contenteditable, and
+  elements whose computed cursor becomes `pointer`, which is how sites mark JS-handled clickables)
+  get an id; nothing else does, so every id the model sees is something it can act on.
+- Wrappers without text or kept attributes (div, span, section, ...) are unwrapped: they cost
+  tokens and carry no information. Headings, paragraphs, list items, table rows and cells keep
+  their tag because the structure helps the model read lists and tables.
+- Hidden subtrees (display:none, visibility:hidden, aria-hidden, boxes entirely off the page or,
+  with `viewportOnly`, outside the viewport) are dropped: the model cannot act on them.
+- `<select>` lists its options with their text, so "Select Dropdown Option" arguments are visible.
+- The walk stops once the output passes the character budget; Python cuts and marks the end.
+"""
+
+OBSERVE_JS = r"""
+(config) => {
+  const INTERACTIVE_TAGS = new Set(["a", "button", "input", "select", "textarea", "summary"]);
+  const INTERACTIVE_ROLES = new Set([
+    "button", "link", "checkbox", "tab", "menuitem", "menuitemcheckbox", "menuitemradio",
+    "radio", "switch", "option", "combobox", "textbox", "treeitem",
+  ]);
+  const SKIP_TAGS = new Set([
+    "script", "style", "noscript", "template", "head", "meta", "link", "svg", "canvas",
+    "iframe", "object", "embed", "option", "optgroup",
+  ]);
+  const STRUCTURAL_TAGS = new Set([
+    "h1", "h2", "h3", "h4", "h5", "h6", "p", "li", "tr", "td", "th", "label", "dt", "dd",
+    "caption", "legend",
+  ]);
+  const BLOCK_TAGS = new Set([
+    "div", "p", "li", "tr", "table", "tbody", "thead", "tfoot", "ul", "ol", "h1", "h2", "h3",
+    "h4", "h5", "h6", "form", "section", "article", "header", "footer", "nav", "main", "aside",
+    "br", "hr", "dl", "dt", "dd", "fieldset", "blockquote", "pre", "details", "figure", "body",
+  ]);
+  const VOID_TAGS = new Set(["input", "img", "br", "hr"]);
+  const KEPT_ATTRS = [
+    "title", "alt", "type", "name", "placeholder", "aria-label", "data-value", "data-text",
+    "data-testid", "data-label", "data-status",
+  ];
+  const textLimit = config.textLimit;
+  const budget = config.maxChars;
+  const vw = window.innerWidth;
+  const vh = window.innerHeight;
+  const sx = window.scrollX;
+  const sy = window.scrollY;
+  let nextId = 0;
+  let emitted = 0;
+
+  document.querySelectorAll("[data-webrl-id]").forEach((el) => el.removeAttribute("data-webrl-id"));
+
+  const clip = (s) => (s.length > textLimit ? s.slice(0, textLimit) + "…" : s);
+  const cleanText = (s) => clip(s.replace(/\s+/g, " ").trim());
+  const escText = (s) => s.replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  const escAttr = (s) => s.replace(/"/g, "&quot;").replace(/</g, "&lt;");
+
+  const isInteractive = (el, tag, style, parentPointer) => {
+    if (INTERACTIVE_TAGS.has(tag)) return !(tag === "input" && el.type === "hidden");
+    const role = el.getAttribute("role");
+    if (role && INTERACTIVE_ROLES.has(role)) return true;
+    if (el.hasAttribute("onclick") || el.isContentEditable && !el.parentElement?.isContentEditable) return true;
+    return style.cursor === "pointer" && !parentPointer;
+  };
+
+  // A box with no area (display:contents, empty inline) says nothing about visibility: recurse.
+  const offPage = (rect) => {
+    if (rect.width === 0 || rect.height === 0) return false;
+    if (config.viewportOnly) {
+      return rect.right <= 0 || rect.bottom <= 0 || rect.left >= vw || rect.top >= vh;
+    }
+    return rect.right + sx <= 0 || rect.bottom + sy <= 0;
+  };
+
+  const attrsOf = (el, tag, rect) => {
+    const out = [];
+    for (const name of KEPT_ATTRS) {
+      if (name === "type" && tag !== "input") continue;
+      const value = el.getAttribute(name);
+      if (value) out.push(`${name}="${escAttr(clip(value))}"`);
+    }
+    if ((tag === "input" || tag === "textarea") && !["checkbox", "radio"].includes(el.type) && el.value) {
+      out.push(`value="${escAttr(clip(el.value))}"`);
+    } else if (tag !== "input" && tag !== "textarea" && el.getAttribute("value")) {
+      out.push(`value="${escAttr(clip(el.getAttribute("value")))}"`);
+    }
+    if (tag === "input" && ["checkbox", "radio"].includes(el.type) && el.checked) out.push("checked");
+    const role = el.getAttribute("role");
+    if (role && !INTERACTIVE_TAGS.has(tag)) out.push(`role="${escAttr(role)}"`);
+    if (config.bbox && rect) {
+      const b = [rect.x, rect.y, rect.width, rect.height].map((v) => Math.round(v)).join(",");
+      out.push(`data-bbox="${b}"`);
+    }
+    return out;
+  };
+
+  // Inline neighbours are glued unless the source had whitespace between them, so that
+  // 'Enter "<b>Jerald</b>"' stays 'Enter "Jerald"'; tags emitted as tags are always spaced.
+  const part = (text, block, gapBefore = true, gapAfter = true) => ({ text, block, gapBefore, gapAfter });
+  const EMPTY = part("", false);
+  const joinParts = (parts) => {
+    const kept = parts.filter((p) => p.text);
+    let text = "";
+    for (let i = 0; i < kept.length; i++) {
+      const prev = kept[i - 1];
+      const cur = kept[i];
+      if (i > 0) text += prev.block || cur.block ? "\n" : (prev.gapAfter || cur.gapBefore ? " " : "");
+      text += cur.text;
+    }
+    const first = kept[0];
+    const last = kept[kept.length - 1];
+    return { text, gapBefore: first ? first.gapBefore : true, gapAfter: last ? last.gapAfter : true };
+  };
+
+  const renderSelect = (el, id, rect) => {
+    const attrs = [`id="${id}"`].concat(attrsOf(el, "select", rect));
+    const options = Array.from(el.options).map((opt) => {
+      const selected = opt.selected ? " selected" : "";
+      return `<option${selected}>${escText(cleanText(opt.textContent))}</option>`;
+    });
+    return `<select ${attrs.join(" ")}>${options.join("")}</select>`;
+  };
+
+  const render = (node, parentPointer) => {
+    if (emitted > budget) return EMPTY;
+    if (node.nodeType === Node.TEXT_NODE) {
+      const raw = node.textContent;
+      const text = escText(cleanText(raw));
+      emitted += text.length;
+      return part(text, false, /^\s/.test(raw), /\s$/.test(raw));
+    }
+    if (node.nodeType !== Node.ELEMENT_NODE) return EMPTY;
+    const el = node;
+    const tag = el.localName;
+    if (SKIP_TAGS.has(tag)) return EMPTY;
+    if (el.getAttribute("aria-hidden") === "true") return EMPTY;
+    if (!el.checkVisibility({ visibilityProperty: true })) return EMPTY;
+    const rect = el.getBoundingClientRect();
+    if (offPage(rect)) return EMPTY;
+    const style = window.getComputedStyle(el);
+    const block = BLOCK_TAGS.has(tag);
+    const hasArea = rect.width > 0 && rect.height > 0;
+    const interactive = hasArea && isInteractive(el, tag, style, parentPointer);
+    let id = null;
+    if (interactive) {
+      id = nextId++;
+      el.setAttribute("data-webrl-id", String(id));
+    }
+    if (tag === "select") {
+      if (id === null) return EMPTY;
+      const text = renderSelect(el, id, rect);
+      emitted += text.length;
+      return part(text, false);
+    }
+    if (tag === "br") return part("", true);
+    const attrs = attrsOf(el, tag, rect);
+    if (id !== null) attrs.unshift(`id="${id}"`);
+    const attrText = attrs.length ? " " + attrs.join(" ") : "";
+    if (VOID_TAGS.has(tag)) {
+      if (id === null && attrs.length === 0) return EMPTY;
+      const text = `<${tag}${attrText} />`;
+      emitted += text.length;
+      return part(text, block);
+    }
+    const pointer = style.cursor === "pointer";
+    const children = [];
+    if (tag !== "textarea") {
+      for (const child of el.childNodes) children.push(render(child, pointer));
+    }
+    const inner = joinParts(children);
+    if (id === null && attrs.length === 0 && !STRUCTURAL_TAGS.has(tag)) {
+      return part(inner.text, block, inner.gapBefore, inner.gapAfter);
+    }
+    if (id === null && inner.text === "") return EMPTY;
+    const body = inner.text ? ` ${inner.text} ` : "";
+    const text = `<${tag}${attrText}>${body}</${tag}>`;
+    emitted += tag.length * 2 + attrText.length + 5;
+    return part(text, block);
+  };
+
+  const root = document.body || document.documentElement;
+  const html = root ? render(root, false).text : "";
+  return { html, url: window.location.href, title: document.title, count: nextId };
+}
+"""
