@@ -26,7 +26,11 @@ from webrl.data.trajectory import Trajectory, TrajectoryFileError
 
 @dataclass
 class StepSample:
-    """One training step; `prompt` is s, `next_prompt` is s', `action` the raw response a."""
+    """One training step; `prompt` is s, `next_prompt` is s', `action` the raw response a.
+
+    `score` is the replay filter's geometric-mean action probability (replayed steps only);
+    `advantage` is filled when advantages are computed ahead of the actor update.
+    """
 
     task_id: str
     intent: str
@@ -45,21 +49,16 @@ class StepSample:
     done: bool
     trajectory_reward: float
     score: float | None = None
+    advantage: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
-    def rebuild_prompts(self, max_chars: int, chat_template_tokenizer: Any = None) -> tuple[str, str]:
-        """(s, s') re-built with at most `max_chars` characters each; only the page HTML shrinks."""
-        prompt = build_actor_prompt(
-            self.intent, self.history, self.html, max_chars=max_chars, chat_template_tokenizer=chat_template_tokenizer
+    def build_prompt(self, max_chars: int, chat_template_tokenizer: Any = None, *, next_state: bool = False) -> str:
+        """s (or s' with `next_state`) re-built within `max_chars` characters; only the page HTML shrinks."""
+        history = [*self.history, self.action] if next_state else self.history
+        html = self.next_html if next_state else self.html
+        return build_actor_prompt(
+            self.intent, history, html, max_chars=max_chars, chat_template_tokenizer=chat_template_tokenizer
         )
-        next_prompt = build_actor_prompt(
-            self.intent,
-            [*self.history, self.action],
-            self.next_html,
-            max_chars=max_chars,
-            chat_template_tokenizer=chat_template_tokenizer,
-        )
-        return prompt, next_prompt
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

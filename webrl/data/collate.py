@@ -1,0 +1,169 @@
+"""Tokenisation and padding of step samples into actor and critic batches.
+
+Sequences follow the tokenisation convention of `webrl.modules.lm` (so that the replay filter,
+the reference model and the actor score the same tokens): prompt ids = `tokenizer(prompt)` (BOS
+included where the tokenizer adds it), action ids = `tokenizer(action, add_special_tokens=False)`
+plus the eos token (the action terminator); `action_mask` marks the action ids and eos.
+Tokenising prompt and action separately matches what an inference engine sees (prompt ids, then
+sampled ids) and avoids a BPE merge across the boundary.
+
+A sequence longer than `max_length` is never cut token-wise, which would drop either the action
+or the history: the prompt is re-built with a smaller HTML budget until it fits, so only the end
+of the page is lost (the same rule the prompt builder applies by characters). Batches are left
+padded by default, as `webrl.modules.lm.collate_actions` does: actions line up at the end, and
+the last real token of every row (the critic's feature) is at position -1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from webrl.data.prompts import uses_chat_template
+from webrl.data.steps import StepSample
+
+# Rounds of re-building a prompt with a page sized from its characters per token, before
+# falling back to no page at all.
+_MAX_REBUILDS = 8
+
+
+class StepTokenizer:
+    """Turns step samples into token ids within `max_length`, cutting only page HTML."""
+
+    def __init__(self, tokenizer: Any, max_length: int) -> None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no eos token: the action terminator cannot be appended")
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token before batching")
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self._chat = tokenizer if uses_chat_template(tokenizer) else None
+
+    def encode(self, text: str) -> list[int]:
+        """Prompt ids, with the special tokens (BOS) the tokenizer adds at serving time."""
+        return self.tokenizer(text)["input_ids"]
+
+    def action_ids(self, action: str) -> list[int]:
+        return self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+
+    def fit_prompts(self, sample: StepSample, limit: int, *, with_next: bool = True) -> tuple[list[int], list[int]]:
+        """Ids of s (and s' when `with_next`) within `limit` tokens each, cutting page HTML when needed."""
+        prompt_ids = self._fit(sample, sample.prompt, limit, is_next=False)
+        next_ids = self._fit(sample, sample.next_prompt, limit, is_next=True) if with_next else []
+        return prompt_ids, next_ids
+
+    def _fit(self, sample: StepSample, prompt: str, limit: int, *, is_next: bool) -> list[int]:
+        ids = self.encode(prompt)
+        if len(ids) <= limit:
+            return ids
+
+        def build(max_chars: int) -> str:
+            return sample.build_prompt(max_chars, chat_template_tokenizer=self._chat, next_state=is_next)
+
+        # The builder drops the whole page below the size of instruction + history (1 char = "no HTML").
+        bare = build(1)
+        bare_ids = self.encode(bare)
+        if len(bare_ids) > limit:
+            raise ValueError(
+                f"task {sample.task_id} step {sample.step_index}: the prompt needs {len(bare_ids)} tokens without "
+                f"its page HTML, more than the {limit} allowed (max_length {self.max_length}); raise max_length"
+            )
+        # Size the page from its own characters per token; a page denser at its start takes another round.
+        for _ in range(_MAX_REBUILDS):
+            page_chars, page_tokens = len(prompt) - len(bare), len(ids) - len(bare_ids)
+            if page_chars <= 0 or page_tokens <= 0:
+                break
+            budget = len(bare) + (limit - len(bare_ids)) * page_chars // page_tokens
+            prompt = build(max(budget, 1))
+            ids = self.encode(prompt)
+            if len(ids) <= limit:
+                return ids
+        return bare_ids
+
+
+def pad(rows: Sequence[Sequence[int]], value: int, padding_side: str = "left") -> torch.Tensor:
+    """Pad integer rows into a (B, T) tensor, on the left or on the right."""
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    width = max((len(row) for row in rows), default=0)
+    out = torch.full((len(rows), width), value, dtype=torch.long)  # (B, T)
+    for b, row in enumerate(rows):
+        span = slice(width - len(row), width) if padding_side == "left" else slice(0, len(row))
+        out[b, span] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def _labels(samples: Sequence[StepSample]) -> dict[str, torch.Tensor]:
+    return {
+        "reward": torch.tensor([s.reward for s in samples], dtype=torch.float32),  # (B,)
+        "mc_return": torch.tensor([s.mc_return for s in samples], dtype=torch.float32),  # (B,)
+        "done": torch.tensor([s.done for s in samples], dtype=torch.bool),  # (B,)
+        "outcome": torch.tensor([1.0 if s.mc_return > 0 else 0.0 for s in samples], dtype=torch.float32),  # (B,)
+        "step_index": torch.tensor([s.step_index for s in samples], dtype=torch.long),  # (B,)
+        "num_steps": torch.tensor([s.num_steps for s in samples], dtype=torch.long),  # (B,)
+    }
+
+
+def _states(step_tokenizer: StepTokenizer, samples: Sequence[StepSample], side: str) -> dict[str, torch.Tensor]:
+    pad_id = step_tokenizer.tokenizer.pad_token_id
+    pairs = [step_tokenizer.fit_prompts(s, step_tokenizer.max_length) for s in samples]
+    states = [p for p, _ in pairs]
+    next_states = [n for _, n in pairs]
+    return {
+        "state_input_ids": pad(states, pad_id, side),  # (B, Ts)
+        "state_attention_mask": pad([[1] * len(r) for r in states], 0, side),  # (B, Ts)
+        "next_state_input_ids": pad(next_states, pad_id, side),  # (B, Tn)
+        "next_state_attention_mask": pad([[1] * len(r) for r in next_states], 0, side),  # (B, Tn)
+    }
+
+
+class CriticCollator:
+    """Batches of (s, s', outcome) for the critic; `outcome` = 1[mc_return > 0] as in the release."""
+
+    def __init__(self, tokenizer: Any, max_length: int, padding_side: str = "left") -> None:
+        self.steps = StepTokenizer(tokenizer, max_length)
+        self.padding_side = padding_side
+
+    def __call__(self, samples: Sequence[StepSample]) -> dict[str, torch.Tensor]:
+        return {**_states(self.steps, samples, self.padding_side), **_labels(samples)}
+
+
+class ActorCollator:
+    """Batches of prompt + action (+ eos) ids with the action mask, advantage inputs and critic states.
+
+    `input_ids` (B, T) holds prompt ids then action ids then eos; `action_mask` (B, T) is 1 on the
+    action and eos positions. The critic's view of s and s' rides along (`state_*`,
+    `next_state_*`, tokenised with `critic_tokenizer`) so advantages can be computed in the step;
+    `advantage` (B,) is added when every sample already carries one.
+    """
+
+    def __init__(
+        self, tokenizer: Any, max_length: int, critic_tokenizer: Any = None, padding_side: str = "left"
+    ) -> None:
+        self.steps = StepTokenizer(tokenizer, max_length)
+        self.critic_steps = StepTokenizer(critic_tokenizer, max_length) if critic_tokenizer is not None else self.steps
+        self.padding_side = padding_side
+
+    def __call__(self, samples: Sequence[StepSample]) -> dict[str, torch.Tensor]:
+        rows, masks = [], []
+        for sample in samples:
+            action = self.steps.action_ids(sample.action)
+            if len(action) >= self.steps.max_length:
+                raise ValueError(
+                    f"task {sample.task_id} step {sample.step_index}: the action alone is {len(action)} tokens, "
+                    f"not below max_length {self.steps.max_length}"
+                )
+            prompt, _ = self.steps.fit_prompts(sample, self.steps.max_length - len(action), with_next=False)
+            rows.append(prompt + action)
+            masks.append([0] * len(prompt) + [1] * len(action))
+        side = self.padding_side
+        batch = {
+            "input_ids": pad(rows, self.steps.tokenizer.pad_token_id, side),  # (B, T)
+            "attention_mask": pad([[1] * len(r) for r in rows], 0, side),  # (B, T)
+            "action_mask": pad(masks, 0, side),  # (B, T)
+        }
+        if all(s.advantage is not None for s in samples):
+            batch["advantage"] = torch.tensor([s.advantage for s in samples], dtype=torch.float32)  # (B,)
+        return {**batch, **_states(self.critic_steps, samples, side), **_labels(samples)}
