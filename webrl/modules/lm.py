@@ -1,0 +1,256 @@
+"""Language-model plumbing shared by the actor, critic and ORM: loading, LoRA, action log-probs.
+
+Tokenisation convention for a (prompt, action) pair — the single definition every part of webrl
+uses, so that the actor's loss, the replay filter's confidence and the reference model all score
+exactly the same tokens:
+
+- prompt ids = `tokenizer(prompt)` (so BOS is included when the tokenizer adds it, as WebRL's
+  Llama-3 tokenizer does in both training and serving);
+- action ids = `tokenizer(action, add_special_tokens=False) + [eos_token_id]` (the EOS is WebRL's
+  action terminator `<|eot_id|>`, and the model must learn to emit it);
+- input = prompt ids + action ids; the action mask marks the action ids (EOS included);
+- when the input is longer than `max_length`, the PROMPT is cut from the left (keeping a leading
+  BOS), never the action: the end of the prompt holds the current page, the start the oldest history.
+
+The log-prob of token t is read from the logits at t−1. Position ids are computed from the attention
+mask, so left and right padding give the same numbers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from webrl.modules.model_factory import build_tiny_model, convert_smollm2
+
+__all__ = [
+    "ActionLogProbs",
+    "LoraSettings",
+    "action_logprobs",
+    "action_token_logprobs",
+    "apply_lora",
+    "build_tiny_model",
+    "collate_actions",
+    "convert_smollm2",
+    "encode_prompt",
+    "encode_prompt_action",
+    "load_model_and_tokenizer",
+    "pad_batch",
+    "position_ids_from_mask",
+]
+
+
+@dataclass
+class LoraSettings:
+    """LoRA adapter settings (peft); the base weights stay frozen and only the adapters train."""
+
+    r: int = 16
+    """Adapter rank."""
+    alpha: int = 32
+    """Scaling numerator: the update is scaled by alpha / r."""
+    dropout: float = 0.0
+    """Dropout on the adapter input; 0 keeps training and scoring deterministic."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Names of the Linear layers that get adapters (Llama attention projections by default)."""
+
+
+def apply_lora(model: PreTrainedModel, lora: LoraSettings) -> PeftModel:
+    """Wrap `model` with fresh LoRA adapters; the adapters start at zero, so outputs are unchanged."""
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def load_model_and_tokenizer(
+    path: str | os.PathLike,
+    dtype: torch.dtype = torch.float32,
+    lora: LoraSettings | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer from a local directory (never the hub).
+
+    A tokenizer without a pad token gets its EOS as pad: padded positions are always masked out,
+    so the choice of pad id never changes a result.
+    """
+    path = Path(path).expanduser()
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"model directory {path} has no config.json (expected a save_pretrained directory)")
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    if lora is not None:
+        model = apply_lora(model, lora)
+    return model, tokenizer
+
+
+def _cut_prompt(prompt_ids: list[int], budget: int, bos_id: int | None) -> list[int]:
+    """Keep the last `budget` prompt ids, keeping a leading BOS in front of them."""
+    if len(prompt_ids) <= budget:
+        return prompt_ids
+    if bos_id is not None and prompt_ids and prompt_ids[0] == bos_id:
+        return [bos_id] + prompt_ids[len(prompt_ids) - budget + 1 :]
+    return prompt_ids[len(prompt_ids) - budget :]
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, max_length: int | None = None) -> list[int]:
+    """Prompt ids under the module's convention, left-cut to `max_length`."""
+    ids = tokenizer(prompt)["input_ids"]
+    if max_length is not None:
+        ids = _cut_prompt(ids, max_length, tokenizer.bos_token_id)
+    return ids
+
+
+def encode_prompt_action(
+    tokenizer: PreTrainedTokenizerBase, prompt: str, action: str, max_length: int | None = None
+) -> tuple[list[int], list[int]]:
+    """Token ids of prompt+action and the 0/1 mask of the action's tokens (see the module docstring)."""
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token: actions need a terminator")
+    action_ids = tokenizer(action, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    if max_length is not None:
+        if len(action_ids) + 1 > max_length:
+            raise ValueError(
+                f"action of {len(action_ids)} tokens (with EOS) leaves no room for the prompt in "
+                f"max_length={max_length}: {action[:80]!r}"
+            )
+        prompt_ids = _cut_prompt(prompt_ids, max_length - len(action_ids), tokenizer.bos_token_id)
+    if not prompt_ids:
+        raise ValueError("empty prompt: the first action token needs at least one prompt token before it")
+    return prompt_ids + action_ids, [0] * len(prompt_ids) + [1] * len(action_ids)
+
+
+def pad_batch(
+    sequences: Sequence[Sequence[int]], pad_value: int, padding_side: str = "left"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad lists of ids into a (B, T) tensor plus its (B, T) attention mask."""
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_value, dtype=torch.long)  # (B, T)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)  # (B, T)
+    for row, seq in enumerate(sequences):
+        span = slice(width - len(seq), width) if padding_side == "left" else slice(0, len(seq))
+        ids[row, span] = torch.as_tensor(list(seq), dtype=torch.long)
+        mask[row, span] = 1
+    return ids, mask
+
+
+def collate_actions(
+    tokenizer: PreTrainedTokenizerBase,
+    examples: Sequence[tuple[str, str, float]],
+    max_length: int | None = None,
+    padding_side: str = "left",
+) -> dict[str, torch.Tensor]:
+    """Build an actor batch from (prompt, action, advantage) triples.
+
+    Returns input_ids, attention_mask, action_mask (all (B, T) long) and advantage ((B,) float).
+    Left padding is the default because it lines the actions up at the end, which lets the forward
+    pass compute logits for the action span only (see `action_token_logprobs`).
+    """
+    encoded = [encode_prompt_action(tokenizer, p, a, max_length) for p, a, _ in examples]
+    input_ids, attention_mask = pad_batch([ids for ids, _ in encoded], tokenizer.pad_token_id, padding_side)
+    action_mask, _ = pad_batch([m for _, m in encoded], 0, padding_side)
+    advantage = torch.tensor([float(adv) for _, _, adv in examples], dtype=torch.float32)  # (B,)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "action_mask": action_mask,
+        "advantage": advantage,
+    }
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counted over real tokens only, so padding side does not shift RoPE positions."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+
+
+def action_token_logprobs(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, action_mask: torch.Tensor
+) -> torch.Tensor:
+    """Differentiable per-token log-probs of the action tokens, zero elsewhere; shape (B, T).
+
+    Logits are computed only from the first position that predicts an action token onwards, so a
+    long observation costs a trunk forward but not a (T, vocab) softmax.
+    """
+    if not bool(action_mask.any()):
+        raise ValueError("action_mask selects no token: every example needs at least one action token")
+    width = input_ids.shape[1]
+    first_action = int(action_mask.long().argmax(-1).masked_fill(~action_mask.bool().any(-1), width).min())
+    if first_action == 0:
+        raise ValueError("an action starts at position 0: it needs at least one prompt token before it")
+    keep = width - first_action + 1  # logits at positions first_action-1 .. T-1
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        logits_to_keep=keep,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1].float()  # (B, keep-1, V): predictions for tokens first_action .. T-1
+    targets = input_ids[:, first_action:]  # (B, keep-1)
+    token_lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, keep-1)
+    mask = action_mask[:, first_action:].to(token_lp.dtype)  # (B, keep-1)
+    full = token_lp.new_zeros(input_ids.shape, dtype=token_lp.dtype)  # (B, T)
+    full[:, first_action:] = token_lp * mask
+    return full
+
+
+@dataclass
+class ActionLogProbs:
+    """Per-action scores, each of shape (N,), in the order the actions were given."""
+
+    sum: torch.Tensor
+    """Σ log π(token) over the action's tokens (EOS included)."""
+    count: torch.Tensor
+    """Number of action tokens."""
+    mean: torch.Tensor
+    """sum / count: the per-token mean log-prob."""
+    geo_mean_prob: torch.Tensor
+    """exp(mean): geometric-mean token probability, the replay filter's confidence measure."""
+
+
+@torch.no_grad()
+def action_logprobs(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    actions: Sequence[str],
+    batch_size: int = 8,
+    max_length: int | None = None,
+) -> ActionLogProbs:
+    """Score actions under `model` in batches without gradients (eval mode, restored afterwards)."""
+    if len(prompts) != len(actions):
+        raise ValueError(f"{len(prompts)} prompts but {len(actions)} actions")
+    if not prompts:
+        empty = torch.zeros(0)
+        return ActionLogProbs(sum=empty, count=empty, mean=empty, geo_mean_prob=empty)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    sums, counts = [], []
+    try:
+        for start in range(0, len(prompts), batch_size):
+            stop = start + batch_size
+            chunk = [(p, a, 0.0) for p, a in zip(prompts[start:stop], actions[start:stop], strict=True)]
+            batch = {k: v.to(device) for k, v in collate_actions(tokenizer, chunk, max_length).items()}
+            mask = batch["action_mask"]
+            token_lp = action_token_logprobs(model, batch["input_ids"], batch["attention_mask"], mask)
+            sums.append(token_lp.sum(-1).cpu())
+            counts.append(mask.sum(-1).cpu().float())
+    finally:
+        model.train(was_training)
+    total, count = torch.cat(sums), torch.cat(counts)  # (N,), (N,)
+    mean = total / count
+    return ActionLogProbs(sum=total, count=count, mean=mean, geo_mean_prob=mean.exp())
