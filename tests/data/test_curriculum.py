@@ -1,0 +1,279 @@
+"""Curriculum phases end to end with hand-made replies and critic values: filters, dedupe, balance, resume.
+
+The generator and judge here are `ScriptedReplyEngine`, a TEST DOUBLE of the engine protocol that
+answers from a function of the prompt and the sampling seed, so that every expected task is known.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from webrl.data.curriculum import Curriculum
+from webrl.data.curriculum_config import CurriculumConfig
+from webrl.data.curriculum_state import CurriculumState
+from webrl.data.trajectory import Task, Trajectory
+from webrl.inference.engine import Completion, SamplingParams
+
+SITES = {"shopping": "http://shop.test/", "gitlab": "http://git.test/", "map": "http://map.test/"}
+
+
+class ScriptedReplyEngine:
+    """TEST DOUBLE of `InferenceEngine`: `reply(prompt, params)` decides each completion; calls are logged."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.calls: list[tuple[list[str], SamplingParams]] = []
+
+    def generate(self, prompts, params):
+        self.calls.append((list(prompts), params))
+        return [Completion(text=self.reply(p, params), token_ids=[]) for p in prompts]
+
+    def close(self):
+        pass
+
+
+def seeds_in(prompt: str) -> list[str]:
+    return re.findall(r"^- `(.+)`$", prompt, flags=re.MULTILINE)
+
+
+def evolve(prompt: str, params: SamplingParams) -> str:
+    """Two new tasks per seed shown, whose wording depends on the sampling seed."""
+    tag = params.seed % 997
+    return "\n".join(f"- `{seed} variant {tag} {i}`" for seed in seeds_in(prompt) for i in "ab")
+
+
+def failed(intent: str, site: str, task_id: str = "", **task) -> Trajectory:
+    task = Task(task_id=task_id or intent, intent=intent, sites=[site], start_url=SITES[site] + "deep", **task)
+    return Trajectory(task=task, outcome=0.0, status="exit")
+
+
+def phase_inputs(n_per_site: dict[str, int], tag: str = "") -> list[Trajectory]:
+    trajectories = [
+        failed(f"{site} seed task number {i} {tag}".strip(), site) for site, n in n_per_site.items() for i in range(n)
+    ]
+    trajectories.append(Trajectory(task=Task("ok", "a task the agent solved", ["map"], SITES["map"]), outcome=1.0))
+    return trajectories
+
+
+def make(config: CurriculumConfig, reply=evolve, **kwargs) -> tuple[Curriculum, ScriptedReplyEngine]:
+    engine = ScriptedReplyEngine(reply)
+    return Curriculum(config, generator_engine=engine, start_urls=SITES, **kwargs), engine
+
+
+def test_llm_phase_builds_tasks_from_failed_seeds_only():
+    config = CurriculumConfig(tasks_per_phase=100, seeds_per_call=2, generation_turns=2, seed=3)
+    curriculum, engine = make(config)
+    result = curriculum.propose(1, phase_inputs({"shopping": 3, "gitlab": 1}))
+    prompts, params = engine.calls[0]
+    assert len(engine.calls) == 1 and len(prompts) == 4  # one batch: 2 sites x 2 turns
+    assert (params.temperature, params.top_p, params.max_tokens) == (1.0, 1.0, config.max_tokens)
+    assert [len(seeds_in(p)) for p in prompts] == [1, 1, 2, 2]  # gitlab has a single failure
+    assert all("solved" not in p for p in prompts)
+    shown = [s for p in prompts for s in seeds_in(p)]
+    # Each task appears once however many calls produced it; all are new, evaluator-free, on the site's start page.
+    assert len(result.tasks) == len({s: None for s in shown}) * 2
+    for task in result.tasks:
+        assert task.eval is None and not task.has_evaluator
+        assert task.start_url == SITES[task.site]
+        assert task.extra["curriculum"]["origin"] == "llm"
+    assert [t.task_id for t in result.tasks] == [f"curriculum-p1-{i:04d}" for i in range(len(result.tasks))]
+    assert result.metrics["curriculum/seeds"] == 4.0
+    assert result.metrics["curriculum/generated"] == 2.0 * len(shown)
+    assert result.metrics["curriculum/kept"] == len(result.tasks)
+
+
+def test_critic_window_filter_on_hand_made_values():
+    values = {"A": 0.05, "B": 0.75, "C": 0.0499, "D": 0.7501, "E": 0.4, "F": 0.9}
+    reply = "\n".join(f"- `Open the page of item {key} please`" for key in values)
+    config = CurriculumConfig(tasks_per_phase=10, generation_turns=1)
+    opened = []
+    curriculum, _ = make(
+        config,
+        reply=lambda prompt, params: reply,
+        start_observation=lambda task: opened.append(task.start_url) or "<button id='1'> Go </button>",
+    )
+    prompts_seen = []
+
+    def critic(prompts):
+        prompts_seen.extend(prompts)
+        return [values[re.search(r"item (\w)", p).group(1)] for p in prompts]
+
+    result = curriculum.propose(1, phase_inputs({"shopping": 1}), critic=critic)
+    kept = sorted(re.search(r"item (\w)", t.intent).group(1) for t in result.tasks)
+    assert kept == ["A", "B", "E"]
+    reasons = {re.search(r"item (\w)", r["intent"]).group(1): r["reason"] for r in result.record.rejected}
+    assert reasons == {"C": "critic_low", "D": "critic_high", "F": "critic_high"}
+    assert result.metrics["curriculum/rejected_critic"] == 3.0
+    assert result.metrics["curriculum/critic_value_mean"] == pytest.approx(sum(values.values()) / 6)
+    # The critic reads the round-0 actor prompt of the start page, fetched once per start URL.
+    assert opened == [SITES["shopping"]]
+    assert all("Round 0" in p and "<button id='1'> Go </button>" in p for p in prompts_seen)
+    assert {t.extra["curriculum"]["critic_value"] for t in result.tasks} == {0.05, 0.75, 0.4}
+
+
+def test_critic_needs_a_start_observation():
+    curriculum, _ = make(CurriculumConfig())
+    with pytest.raises(ValueError, match="start_observation"):
+        curriculum.propose(1, phase_inputs({"shopping": 1}), critic=lambda prompts: [0.5] * len(prompts))
+
+
+def test_dedupe_against_training_tasks_seeds_earlier_phases_and_the_batch():
+    reply = (
+        "- `Find the blue kettle`\n"  # a registered training task, in other case and punctuation
+        "- `Shopping seed task number 0!`\n"  # the seed itself
+        "- `Compare two kettles by price`\n"
+        "- `compare two  kettles by price.`\n"  # same phase, same task
+        "- `Show the newest review of the kettle`"
+    )
+    curriculum, _ = make(CurriculumConfig(tasks_per_phase=10, generation_turns=1), reply=lambda p, s: reply)
+    curriculum.register_tasks([Task("t1", "find the Blue kettle.", ["shopping"], SITES["shopping"])])
+    first = curriculum.propose(1, phase_inputs({"shopping": 1}))
+    assert sorted(t.intent for t in first.tasks) == [
+        "Compare two kettles by price",
+        "Show the newest review of the kettle",
+    ]
+    assert first.metrics["curriculum/rejected_duplicate"] == 3.0
+    assert first.metrics["curriculum/duplicate_rate"] == pytest.approx(3 / 5)
+    second = curriculum.propose(2, phase_inputs({"shopping": 1}, tag="again"))
+    assert second.tasks == []  # every reply repeats a task given in phase 1 or before
+    assert second.metrics["curriculum/duplicate_rate"] == 1.0
+
+
+def test_keep_k_balanced_across_sites_round_robin():
+    counts = {"shopping": 10, "gitlab": 5, "map": 1}
+
+    def reply(prompt, params):
+        site = next(s for s in SITES if f"seed for {s}" in prompt)
+        return "\n".join(f"- `Generated {site} task number {i}`" for i in range(counts[site]))
+
+    config = CurriculumConfig(tasks_per_phase=9, generation_turns=1)
+    curriculum, _ = make(config, reply=reply)
+    trajectories = [failed(f"The seed for {site} here", site) for site in SITES]
+    result = curriculum.propose(1, trajectories)
+    sites = [t.site for t in result.tasks]
+    assert sites == ["gitlab", "map", "shopping", "gitlab", "shopping", "gitlab", "shopping", "gitlab", "shopping"]
+    assert result.metrics["curriculum/gitlab/kept"] == 4.0
+    assert result.metrics["curriculum/map/kept"] == 1.0
+    assert result.metrics["curriculum/shopping/kept"] == 4.0
+    assert result.metrics["curriculum/shopping/generated"] == 10.0
+    assert result.metrics["curriculum/unused"] == 16 - 9
+
+
+def test_judge_rejects_infeasible_and_unparsed_and_the_site_gets_its_turn_back():
+    def reply(prompt, params):
+        task = re.search(r"^Task: (.*)$", prompt, flags=re.MULTILINE)
+        if task is not None:
+            assert params.temperature == 0.0
+            if "weather" in task.group(1):
+                return "The map has no weather data. [NO]"
+            if "mumble" in task.group(1):
+                return "Hmm, hard to say."
+            return "This is supported. [YES]"
+        if "seed for map" in prompt:
+            return "\n".join(
+                [
+                    "- `Show the weather at the city museum`",
+                    "- `Route from the museum to the zoo`",
+                    "- `mumble about the zoo`",
+                ]
+            )
+        return "- `Star the project named alpha`\n- `Open the issues of project beta`"
+
+    # K=4 > the 3 feasible tasks: whatever order the map queue was shuffled in, every map task gets judged,
+    # because each refusal hands the map its turn back.
+    config = CurriculumConfig(tasks_per_phase=4, generation_turns=1, judge=True)
+    curriculum, engine = make(config, reply=reply)
+    trajectories = [failed(f"The seed for {site} here", site) for site in ("gitlab", "map")]
+    result = curriculum.propose(1, trajectories)
+    assert sorted(t.intent for t in result.tasks) == [
+        "Open the issues of project beta",
+        "Route from the museum to the zoo",
+        "Star the project named alpha",
+    ]
+    assert sorted(r["reason"] for r in result.record.rejected) == ["infeasible", "judge_unparsed"]
+    assert result.metrics["curriculum/rejected_judge"] == 2.0
+    judge_prompts = [p for prompts, _ in engine.calls[1:] for p in prompts]
+    assert len(judge_prompts) == 5
+    map_prompts = [p for p in judge_prompts if "museum" in p or "zoo" in p]
+    assert len(map_prompts) == 3 and all(config.judge_rules["map"] in p for p in map_prompts)
+
+
+def test_judge_refusals_do_not_unbalance_the_sites():
+    def reply(prompt, params):
+        task = re.search(r"^Task: (.*)$", prompt, flags=re.MULTILINE)
+        if task is not None:
+            return "[NO]" if "weather" in task.group(1) else "[YES]"
+        if "seed for map" in prompt:
+            places = ["museum", "zoo", "park", "library", "harbour"]
+            return "\n".join(
+                f"- `Show the {'weather' if i < 2 else 'route'} near the {p}`" for i, p in enumerate(places)
+            )
+        return "\n".join(f"- `Star the project named {name}`" for name in ("alpha", "beta", "gamma", "delta", "omega"))
+
+    config = CurriculumConfig(tasks_per_phase=6, generation_turns=1, judge=True, seed=1)
+    curriculum, _ = make(config, reply=reply)
+    result = curriculum.propose(1, [failed(f"The seed for {site} here", site) for site in ("gitlab", "map")])
+    assert [t.site for t in result.tasks].count("map") == 3  # every feasible map task, despite two refusals
+    assert [t.site for t in result.tasks].count("gitlab") == 3
+
+
+def test_phase_already_covered_is_an_error():
+    curriculum, _ = make(CurriculumConfig())
+    curriculum.propose(1, phase_inputs({"shopping": 1}))
+    with pytest.raises(ValueError, match="already covers phase 1"):
+        curriculum.propose(1, phase_inputs({"shopping": 1}))
+
+
+def test_modes_check_their_dependencies():
+    with pytest.raises(ValueError, match="generator engine"):
+        Curriculum(CurriculumConfig(mode="llm"))
+    with pytest.raises(ValueError, match="reinstantiate"):
+        Curriculum(CurriculumConfig(mode="mixed"), generator_engine=ScriptedReplyEngine(evolve))
+    with pytest.raises(ValueError, match="judge engine"):
+        Curriculum(CurriculumConfig(mode="template", judge=True), reinstantiate=lambda task, rng, n: [])
+
+
+def test_resume_repeats_the_phase_exactly(tmp_path):
+    config = CurriculumConfig(tasks_per_phase=7, seeds_per_call=3, generation_turns=2, seed=11)
+    first, _ = make(config)
+    first.register_tasks([Task("t0", "A training task", ["map"], SITES["map"])])
+    first.propose(1, phase_inputs({"shopping": 5, "gitlab": 4, "map": 2}))
+    first.state.save(tmp_path / "phase_001")
+    inputs = phase_inputs({"shopping": 6, "gitlab": 3, "map": 4}, tag="p2")
+    original = first.propose(2, inputs)
+    first.state.save(tmp_path / "phase_002")
+
+    resumed, _ = make(config, state=CurriculumState.load(tmp_path / "phase_001"))
+    shuffled = list(inputs)
+    random.Random(5).shuffle(shuffled)  # the order trajectories are read in must not matter
+    again = resumed.propose(2, shuffled)
+    assert [t.to_dict() for t in again.tasks] == [t.to_dict() for t in original.tasks]
+    assert again.metrics == original.metrics
+    assert resumed.state.seen == first.state.seen
+    assert len(original.tasks) == 7
+
+    other_seed, _ = make(
+        CurriculumConfig(**{**vars(config), "seed": 12}), state=CurriculumState.load(tmp_path / "phase_001")
+    )
+    assert [t.intent for t in other_seed.propose(2, inputs).tasks] != [t.intent for t in original.tasks]
+
+
+def test_state_file_round_trip_and_errors(tmp_path):
+    curriculum, _ = make(CurriculumConfig(tasks_per_phase=3))
+    result = curriculum.propose(1, phase_inputs({"shopping": 2}))
+    path = curriculum.state.save(tmp_path / "p1")
+    data = json.loads(path.read_text())
+    assert data["phase"] == 1 and data["record"]["metrics"] == result.metrics
+    assert {"seeds", "generated", "kept", "rejected", "replies"} <= set(data["record"])
+    loaded = CurriculumState.load(tmp_path / "p1")
+    assert loaded.record.kept_tasks() == result.tasks
+    assert not list((tmp_path / "p1").glob("*.tmp"))
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=re.escape(str(path))):
+        CurriculumState.load(tmp_path / "p1")
+    with pytest.raises(FileNotFoundError, match="no curriculum state"):
+        CurriculumState.load(tmp_path / "missing")

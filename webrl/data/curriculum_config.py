@@ -1,0 +1,123 @@
+"""Configuration of the self-evolving curriculum (WebRL method §3).
+
+Every knob is a dataclass field with a one-line docstring, so that the phase loop's config schema
+can nest `CurriculumConfig` and print the docstrings as help. Defaults follow the paper and its
+release (10 seeds per call, 2 calls per site, temperature 1, top_p 1, critic window [0.05, 0.75]);
+K defaults to a CPU-sized 50 rather than the paper's 500.
+
+The feasibility rules are written in our own words for the rule categories that the release's
+judge prompt names per site; they are plain strings so that a user can rewrite them in YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CURRICULUM_MODES = ("llm", "template", "mixed")
+
+# What each site is, for the generation prompt. Keys cover WebArena's names and the embedded sites'.
+DEFAULT_SITE_DESCRIPTIONS: dict[str, str] = {
+    "shopping": "an online store where customers browse, search, review and order products",
+    "shopping_admin": "the administration panel of an online store (products, orders, customers, reports)",
+    "reddit": "a discussion forum with communities, posts, comments and votes",
+    "forum": "a discussion forum with communities, posts, comments and votes",
+    "gitlab": "a code hosting platform with projects, issues, merge requests and members",
+    "map": "a map website for finding places and directions between them",
+}
+
+_FORUM_RULE = "Anything a forum user can do on the site (reading, searching, posting, commenting, voting) is feasible."
+
+# Per-site feasibility rules for the judge: what the site cannot do, so tasks asking for it are rejected.
+DEFAULT_JUDGE_RULES: dict[str, str] = {
+    "map": (
+        "The map only finds places and computes routes and distances. Infeasible: live traffic, accidents or road "
+        "closures; weather; saving favourite places; sharing a live location; booking or reserving anything; "
+        "flight or train schedules; events happening at a place."
+    ),
+    "reddit": _FORUM_RULE,
+    "forum": _FORUM_RULE,
+    "gitlab": (
+        "Anything a user can do on the code hosting site (projects, issues, merge requests, members) is feasible."
+    ),
+    "shopping_admin": (
+        "The admin panel edits and reports on the store's data. Infeasible: e-mailing orders to someone, "
+        "producing electronic invoices, processing returns or refunds, editing the admin's own profile, "
+        "recommending products."
+    ),
+    "shopping": (
+        "The store lets a customer browse, search, compare, review and buy. Infeasible: filtering by discount, "
+        "changing a delivery address, adding a payment method, showing an order's shipping status or tracking it "
+        "live, contacting customer service, after-sales requests."
+    ),
+}
+
+
+@dataclass
+class CurriculumConfig:
+    """How each phase's new tasks are generated from the previous phase's failures, filtered and kept."""
+
+    mode: str = "llm"
+    """Task source: `llm` (evolve failed intents with an LLM), `template` (new values for failed templates), `mixed`."""
+    tasks_per_phase: int = 50
+    """K: how many new tasks each phase keeps (the paper keeps 500)."""
+    seeds_per_call: int = 10
+    """Failed seed tasks shown to the generator in one call (fewer when a site has fewer failures)."""
+    generation_turns: int = 2
+    """Generator calls per site and phase, each with its own sample of seeds."""
+    variants_per_seed: int = 3
+    """Template mode: new instantiations requested per failed seed task."""
+    value_window: tuple[float, float] = (0.05, 0.75)
+    """Critic filter: keep a task when the critic's P(success) on its start page lies in [low, high]."""
+    judge: bool = False
+    """Ask the judge LLM whether each task is feasible on its site before keeping it."""
+    judge_rules: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_JUDGE_RULES))
+    """Per-site feasibility rules given to the judge, keyed by site name."""
+    judge_keeps_unparsed: bool = False
+    """Keep a task whose judge reply holds no readable [YES]/[NO] verdict (default: reject it)."""
+    judge_max_tokens: int = 128
+    """Token budget of one judge reply (a short reason and the verdict)."""
+    site_descriptions: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SITE_DESCRIPTIONS))
+    """What each site is, as the generation prompt describes it; unknown sites are described by name."""
+    temperature: float = 1.0
+    """Sampling temperature of the generator (the judge always decodes greedily)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold of the generator."""
+    max_tokens: int = 512
+    """Token budget of one generator reply."""
+    reply_prefix: str = ""
+    """Text that opens the generator's reply (e.g. "- `" to steer small completion models into the list format)."""
+    min_task_chars: int = 12
+    """Shortest accepted task text, in characters."""
+    max_task_chars: int = 300
+    """Longest accepted task text, in characters."""
+    seed: int = 0
+    """Base seed: each phase's random streams derive from (seed, phase) only, so a resumed run repeats them."""
+
+    def __post_init__(self) -> None:
+        self.value_window = tuple(self.value_window)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the `curriculum.<key>` at fault."""
+        if self.mode not in CURRICULUM_MODES:
+            raise ValueError(f"curriculum.mode must be one of {CURRICULUM_MODES}, got {self.mode!r}")
+        for key in ("tasks_per_phase", "seeds_per_call", "generation_turns", "variants_per_seed", "max_tokens"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"curriculum.{key} must be a positive integer, got {value!r}")
+        if len(self.value_window) != 2 or not 0.0 <= self.value_window[0] <= self.value_window[1] <= 1.0:
+            raise ValueError(
+                f"curriculum.value_window must be [low, high] with 0 <= low <= high <= 1, got {self.value_window!r}"
+            )
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"curriculum.top_p must lie in (0, 1], got {self.top_p!r}")
+        if self.temperature < 0.0:
+            raise ValueError(f"curriculum.temperature must be >= 0, got {self.temperature!r}")
+        if not 1 <= self.min_task_chars <= self.max_task_chars:
+            raise ValueError(
+                f"curriculum.min_task_chars ({self.min_task_chars}) must be >= 1 and <= "
+                f"curriculum.max_task_chars ({self.max_task_chars})"
+            )
+
+    def site_description(self, site: str) -> str:
+        return self.site_descriptions.get(site, f"the {site.replace('_', ' ')} website")
