@@ -1,0 +1,276 @@
+"""WebRL's advantage and loss math as pure functions of tensors (no models, no state).
+
+Every function cites what it implements: the paper (arXiv 2411.02337, "[P]") or the released
+code's behaviour ("[C]"); `docs/webrl-method.md` §1–2 has both side by side. Where they differ,
+both are here and a config field chooses.
+
+Defaults follow the paper. Its actor objective trains on negative-advantage actions too, which
+is WebRL's stated point against filtered BC and AWR (it explicitly lowers the probability of bad
+actions), and because it regresses β·log(π/π_ref) onto a bounded target it cannot push a
+log-ratio without limit in either direction. The release instead masks negatives out and only
+pushes positives up to a capped per-token log-ratio; `ActorLossConfig.release()` reproduces it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+_FORMS = ("paper", "release")
+
+
+def mc_returns(rewards: torch.Tensor, gamma: float = 0.9) -> torch.Tensor:
+    """Discounted reward-to-go G_t = Σ_{k≥t} γ^{k−t} r_k along the last dim of `rewards` (..., T).
+
+    [C] `add_mc_return`: with the release's reward broadcast (the outcome copied onto every
+    step) a success of T steps gets G_t = (1 − γ^{T−t}) / (1 − γ) ≥ 1 and a failure 0.
+    """
+    returns = torch.zeros_like(rewards)  # (..., T)
+    running = torch.zeros_like(rewards[..., 0])  # (...)
+    for t in range(rewards.shape[-1] - 1, -1, -1):
+        running = rewards[..., t] + gamma * running
+        returns[..., t] = running
+    return returns
+
+
+def paper_advantage(
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    outcome: torch.Tensor,
+    done: torch.Tensor,
+    steps_to_end: torch.Tensor,
+    gamma: float = 0.9,
+    lam: float = 0.5,
+) -> torch.Tensor:
+    """[P] eq. 8: A = λ(r_t + γV(s_{t+1}) − V(s_t)) + (1−λ)(γ^{T−t} r_T − V(s_t)); all inputs (B,).
+
+    The reward is sparse: r_t = r_T (the outcome) on the last step and 0 before it; after the
+    last step there is no state, so its bootstrap V(s_{t+1}) is 0. `steps_to_end` = T − t counts
+    the steps after this one (0 on the last step).
+    """
+    done = done.to(value.dtype)
+    reward = outcome * done  # (B,)
+    one_step = reward + gamma * (1.0 - done) * next_value - value  # (B,)
+    monte_carlo = gamma ** steps_to_end.to(value.dtype) * outcome - value  # (B,)
+    return lam * one_step + (1.0 - lam) * monte_carlo
+
+
+def release_advantage(
+    value: torch.Tensor,
+    next_value: torch.Tensor,
+    reward: torch.Tensor,
+    mc_return: torch.Tensor,
+    margin: float = 0.05,
+    binarise: bool = True,
+    positive: float = 1.0,
+    negative: float = -0.6,
+) -> torch.Tensor:
+    """[C] trainer `actor_loss`: clamp(V(s') − V(s) − margin + r + G, −1, 1), then A ≥ 0 → +1, else −0.6.
+
+    Steps of a success always get +1 (r + G ≥ 1); steps of a failure get the sign of the critic's
+    rise beyond `margin`. All inputs (B,).
+    """
+    advantage = (next_value - value - margin + reward + mc_return).clamp(-1.0, 1.0)  # (B,)
+    if binarise:
+        advantage = torch.where(advantage >= 0, positive, negative).to(value.dtype)
+    return advantage
+
+
+@dataclass
+class AdvantageConfig:
+    """How the actor's advantage is computed from critic values and the step's labels."""
+
+    form: str = "paper"
+    """"paper": λ-mix of one-step TD and Monte-Carlo [P eq. 8]; "release": the released code's clamp + binarise."""
+    gamma: float = 0.9
+    """Discount γ (both forms; the release uses it for mc_return, computed in the data pipeline)."""
+    lam: float = 0.5
+    """λ weighting the one-step TD term against the Monte-Carlo term (paper form)."""
+    margin: float = 0.05
+    """Rise the critic must show beyond V(s) for a failed step to count as positive (release form)."""
+    binarise: bool = True
+    """Release form: map A ≥ 0 to `positive` and A < 0 to `negative`."""
+    positive: float = 1.0
+    """Release form: advantage given to non-negative steps."""
+    negative: float = -0.6
+    """Release form: advantage given to negative steps."""
+
+    def __post_init__(self) -> None:
+        if self.form not in _FORMS:
+            raise ValueError(f"advantage.form must be one of {_FORMS}, got {self.form!r}")
+        if not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"advantage.lam must lie in [0, 1], got {self.lam}")
+
+
+def compute_advantage(
+    value: torch.Tensor, next_value: torch.Tensor, batch: Mapping[str, torch.Tensor], config: AdvantageConfig
+) -> torch.Tensor:
+    """Advantage (B,) for a batch carrying the step labels of `webrl.data.collate`.
+
+    Paper form reads `outcome`, `done`, `step_index`, `num_steps`; release form reads `reward`
+    (the broadcast outcome) and `mc_return`.
+    """
+    if config.form == "paper":
+        steps_to_end = batch["num_steps"] - 1 - batch["step_index"]  # (B,)
+        return paper_advantage(
+            value, next_value, batch["outcome"], batch["done"], steps_to_end, gamma=config.gamma, lam=config.lam
+        )
+    return release_advantage(
+        value,
+        next_value,
+        batch["reward"],
+        batch["mc_return"],
+        margin=config.margin,
+        binarise=config.binarise,
+        positive=config.positive,
+        negative=config.negative,
+    )
+
+
+@dataclass
+class ActorLossConfig:
+    """Each choice of the actor objective; `paper()` (the default) and `release()` are the two presets."""
+
+    objective: str = "squared"
+    """"squared": (β·logratio − A)² [P eq. 5]; "smooth_l1": SmoothL1(β·logratio, A) [C]."""
+    logratio: str = "sum"
+    """"sum": sequence log-ratio Σlogπ − Σlogπ_ref [P]; "mean": per action token [C]."""
+    beta: float = 1.0
+    """Fixed β [P], or the default β of the adaptive rule [C: 1]."""
+    adaptive_beta: bool = False
+    """[C] β = `beta_confident` if (A ≥ 0, p_ref ≥ `positive_confidence`) or (A < 0, p_ref < `negative_confidence`)."""
+    beta_confident: float = 5.0
+    """β chosen by the adaptive rule [C: 5]."""
+    positive_confidence: float = 0.8
+    """Reference geometric-mean token probability from which a positive action counts as already likely [C]."""
+    negative_confidence: float = 0.9
+    """Reference probability below which a negative action counts as already unlikely [C]."""
+    cap_beta: bool = False
+    """[C] β ← min(β, |A / logratio|), detached: stops pushing once β·logratio reaches A."""
+    divide_by_beta: bool = False
+    """[C] divide each sample's loss by β (keeps gradients comparable across β)."""
+    train_negatives: bool = True
+    """[P] train every sample; False = [C] mask 1[A > 0], so negatives give no gradient."""
+    sft_weight: float = 0.0
+    """[C] `add_sft_loss`: weight of −Σlogπ·exp(1 − p̄) on positives, p̄ = policy geometric-mean prob (detached)."""
+
+    def __post_init__(self) -> None:
+        if self.objective not in ("squared", "smooth_l1"):
+            raise ValueError(f"actor_loss.objective must be 'squared' or 'smooth_l1', got {self.objective!r}")
+        if self.logratio not in ("sum", "mean"):
+            raise ValueError(f"actor_loss.logratio must be 'sum' or 'mean', got {self.logratio!r}")
+        if self.beta <= 0 or self.beta_confident <= 0:
+            raise ValueError(f"actor_loss.beta and beta_confident must be > 0, got {self.beta}, {self.beta_confident}")
+
+    @classmethod
+    def paper(cls, beta: float = 1.0) -> ActorLossConfig:
+        """[P] eq. 5: squared regression of β·Σlog(π/π_ref) onto A with a fixed β, negatives trained."""
+        return cls(beta=beta)
+
+    @classmethod
+    def release(cls, sft_weight: float = 0.0) -> ActorLossConfig:
+        """[C] per-token log-ratio, SmoothL1, adaptive β ∈ {1, 5} capped at |A/logratio|, ÷β, positives only."""
+        return cls(
+            objective="smooth_l1",
+            logratio="mean",
+            beta=1.0,
+            adaptive_beta=True,
+            cap_beta=True,
+            divide_by_beta=True,
+            train_negatives=False,
+            sft_weight=sft_weight,
+        )
+
+
+def actor_loss(
+    logp_sum: torch.Tensor,
+    ref_logp_sum: torch.Tensor,
+    count: torch.Tensor,
+    advantage: torch.Tensor,
+    config: ActorLossConfig,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """KL-regularised actor loss; inputs (B,): Σ action-token log-probs under π and π_ref, token counts, A.
+
+    Returns the scalar loss (mean over the batch, masked samples counting as zero, as [C] does)
+    and detached statistics: logratio, beta, advantage_mean, masked_frac, ref_prob, sft_loss.
+    [C] divides the log-ratio by the positive samples' total token count of its one-sample
+    micro-batch; here each sample is divided by its own count, which is the same at batch 1.
+    """
+    count = count.to(logp_sum.dtype).clamp(min=1.0)  # (B,)
+    ref_logp_sum = ref_logp_sum.detach()
+    logratio = logp_sum - ref_logp_sum  # (B,)
+    if config.logratio == "mean":
+        logratio = logratio / count
+    ref_prob = torch.exp(ref_logp_sum / count)  # (B,) reference geometric-mean token probability
+    beta = torch.full_like(logratio, config.beta)  # (B,)
+    if config.adaptive_beta:
+        confident = ((advantage >= 0) & (ref_prob >= config.positive_confidence)) | (
+            (advantage < 0) & (ref_prob < config.negative_confidence)
+        )
+        beta = torch.where(confident, torch.full_like(beta, config.beta_confident), beta)
+    if config.cap_beta:
+        cap = (advantage / logratio).abs().detach()  # (B,); inf where logratio = 0 leaves β unchanged
+        # A = 0 with logratio ≠ 0 would cap β to 0 and divide by it; binarised advantages never are 0.
+        beta = torch.minimum(beta, torch.nan_to_num(cap, nan=float("inf"))).clamp(min=1e-6)
+    beta = beta.detach()
+    scaled = beta * logratio  # (B,)
+    if config.objective == "squared":
+        per_sample = (scaled - advantage) ** 2  # (B,)
+    else:
+        per_sample = F.smooth_l1_loss(scaled, advantage.to(scaled.dtype), reduction="none")  # (B,)
+    if config.divide_by_beta:
+        per_sample = per_sample / beta
+    mask = torch.ones_like(per_sample) if config.train_negatives else (advantage > 0).to(per_sample.dtype)  # (B,)
+    loss = (per_sample * mask).mean()
+    sft = torch.zeros((), dtype=loss.dtype, device=loss.device)
+    if config.sft_weight:
+        weight = torch.exp(1.0 - torch.exp(logp_sum.detach() / count))  # (B,): larger for unlikely actions
+        positive = (advantage > 0).to(logp_sum.dtype)  # (B,)
+        tokens = (count * positive).sum().clamp(min=1.0)
+        sft = -(logp_sum * weight * positive).sum() / tokens
+        loss = loss + config.sft_weight * sft
+    stats = {
+        "logratio": logratio.detach().mean(),
+        "beta": beta.mean(),
+        "advantage_mean": advantage.detach().float().mean(),
+        "masked_frac": 1.0 - mask.mean(),
+        "ref_prob": ref_prob.mean(),
+        "sft_loss": sft.detach(),
+    }
+    return loss, stats
+
+
+def critic_values(logits: torch.Tensor) -> torch.Tensor:
+    """[C] V(s) = min over heads of softmax(logits)[1] = P(success); logits (H, B, 2) → (B,)."""
+    return torch.softmax(logits.float(), dim=-1)[..., 1].min(dim=0).values
+
+
+def critic_loss(
+    logits: torch.Tensor, next_logits: torch.Tensor, outcome: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[C] double critic: Σ over heads of CE(head(s), y) + CE(head(s'), y), y = 1[outcome ≥ 0.5]; [P eq. 7] is its BCE.
+
+    `logits`, `next_logits` (H, B, 2); `outcome` (B,). Returns the loss and the heads' mean
+    accuracy on s (the release logs per-head accuracy on s).
+    """
+    target = (outcome >= 0.5).long()  # (B,)
+    loss = logits.new_zeros(())
+    for head_logits in (*logits, *next_logits):  # each (B, 2)
+        loss = loss + F.cross_entropy(head_logits.float(), target)
+    accuracy = (logits.argmax(-1) == target).float().mean()  # over (H, B)
+    return loss, accuracy.detach()
+
+
+def yes_probability(last_logits: torch.Tensor, yes_id: int, no_id: int) -> torch.Tensor:
+    """ORM score [C]: e^yes / (e^yes + e^no) from next-token logits (B, V) → (B,)."""
+    pair = last_logits[:, [yes_id, no_id]].float()  # (B, 2)
+    return torch.softmax(pair, dim=-1)[:, 0]
+
+
+def orm_loss(last_logits: torch.Tensor, label: torch.Tensor, yes_id: int, no_id: int) -> torch.Tensor:
+    """ORM SFT [C: LLaMA-Factory SFT on "YES"/"NO"]: next-token CE over the whole vocabulary; (B, V), (B,)."""
+    target = torch.where(label >= 0.5, yes_id, no_id).long()  # (B,)
+    return F.cross_entropy(last_logits.float(), target)
