@@ -1,0 +1,117 @@
+"""`python -m webrl.data process`: stage 1 labelling, stage 2 filtering with a real tiny model, errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from test_traces import write_result_dir
+
+from webrl.data.process import label_with_orm, main, orm_scorer
+from webrl.data.prompts import build_orm_prompt
+from webrl.data.steps import read_samples
+from webrl.data.trajectory import read_trajectories, write_trajectories
+from webrl.modules.lm import action_logprobs, load_model_and_tokenizer
+
+
+def test_stage1_from_a_trace_dir_with_evaluator_rewards(tmp_path, capsys):
+    write_result_dir(tmp_path / "run", {"1": ("a", 1.0, 2), "2": ("b", 0.0, 2), "3": ("c", 1.0, 2)})
+    out = tmp_path / "phase1.jsonl"
+    code = main(
+        ["process", "--stage", "1", "--rollouts", str(tmp_path / "run"), "--reward-source", "evaluator"]
+        + ["--output", str(out), "--sft-out", str(tmp_path / "sft.json")]
+    )
+    assert code == 0
+    assert [t.outcome for t in read_trajectories(out)] == [1.0, 0.0, 1.0]
+    assert "3 trajectories, 2 successful" in capsys.readouterr().out
+    assert (tmp_path / "sft.json").is_file()
+
+
+def test_label_with_orm_thresholds_p_yes(make_trajectory):
+    trajectories = [make_trajectory(str(i), outcome=None) for i in range(3)]
+    seen = []
+
+    def score(prompts):
+        seen.extend(prompts)
+        return [0.5, 0.49, 0.9]
+
+    label_with_orm(trajectories, score)
+    assert [(t.orm_score, t.orm_reward, t.outcome) for t in trajectories] == [
+        (0.5, 1.0, 1.0),
+        (0.49, 0.0, 0.0),
+        (0.9, 1.0, 1.0),
+    ]
+    t = trajectories[0]
+    assert seen[0] == build_orm_prompt(t.task.intent, [s.response for s in t.steps], t.steps[-1].observation)
+
+
+def test_orm_scorer_reads_p_yes_from_the_answer_position(tiny_model_dir, make_trajectory):
+    score, tokenizer = orm_scorer(tiny_model_dir, batch_size=2)
+    prompts = ["short prompt", "a much longer prompt " * 5]
+    batched = score(prompts)
+    model, _ = load_model_and_tokenizer(tiny_model_dir)
+    yes, no = tokenizer.convert_tokens_to_ids(["YES", "NO"])
+    for prompt, got in zip(prompts, batched, strict=True):
+        ids = torch.tensor([tokenizer(prompt)["input_ids"]])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, -1]
+        expected = torch.softmax(logits[[yes, no]], dim=-1)[0].item()
+        assert got == pytest.approx(expected, abs=1e-5)
+
+
+def test_stage1_with_orm_then_stage2_with_the_actor(tmp_path, tiny_model_dir, make_trajectory):
+    rollouts = tmp_path / "rollouts.jsonl"
+    write_trajectories(rollouts, [make_trajectory(f"c{i}", num_steps=2, outcome=None) for i in range(2)])
+    experience = tmp_path / "phase0.jsonl"
+    history = [make_trajectory(f"h{i}", num_steps=3, outcome=1.0) for i in range(3)]
+    history.append(make_trajectory("h0-again", intent=history[0].task.intent, outcome=1.0))
+    write_trajectories(experience, history)
+    out = tmp_path / "phase1.jsonl"
+    code = main(
+        ["process", "--stage", "1", "2", "--rollouts", str(rollouts), "--orm", str(tiny_model_dir)]
+        + ["--output", str(out), "--actor", str(tiny_model_dir), "--experience", str(experience)]
+        + ["--low", "0.0", "--high", "1.0", "--cap-ratio", "1.5"]
+    )
+    assert code == 0
+    labelled = read_trajectories(out)
+    assert all(t.orm_score is not None and t.outcome == (t.orm_score >= 0.5) for t in labelled)
+    samples = read_samples(tmp_path / "phase1_filter.jsonl")
+    replayed = [s for s in samples if s.score is not None]
+    assert len(samples) - len(replayed) == 4  # every current step
+    assert len(replayed) == 6  # 9 first-success steps in (0, 1], capped at 1.5 x 4
+    assert {s.task_id for s in replayed} <= {"h0", "h1", "h2"}
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    direct = action_logprobs(model, tokenizer, [s.prompt for s in replayed], [s.action for s in replayed])
+    assert [s.score for s in replayed] == pytest.approx(direct.geo_mean_prob.tolist(), rel=1e-4)
+
+
+def test_errors_are_one_line_naming_the_culprit(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["process", "--stage", "1", "--rollouts", "r.jsonl", "--output", "o.jsonl"])
+    assert exit_info.value.code == 2
+    assert "--reward-source orm needs --orm PATH" in capsys.readouterr().err
+    evaluator = ["--reward-source", "evaluator"]
+    code = main(["process", "--stage", "1", "--rollouts", str(tmp_path / "missing"), "--output", "o.jsonl", *evaluator])
+    assert code == 2
+    assert f"error: rollouts not found: {tmp_path / 'missing'}" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"schema": 1}\n{oops\n{"schema": 1}\n')
+    code = main(["process", "--stage", "1", "--rollouts", str(bad), "--output", str(tmp_path / "o.jsonl"), *evaluator])
+    assert code == 2
+    assert "bad.jsonl:1: not a trajectory record" in capsys.readouterr().err
+    code = main(["process", "--stage", "2", "--output", str(tmp_path / "none.jsonl"), "--actor", "x"])
+    assert code == 2
+    assert "none.jsonl, which does not exist: run stage 1" in capsys.readouterr().err
+
+
+def test_module_entry_point_runs(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "webrl.data", "process", "--stage", "2", "--output", str(tmp_path / "o.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "--stage 2 needs --actor PATH" in result.stderr

@@ -1,0 +1,217 @@
+"""`python -m webrl.data process`: label rollouts (stage 1) and build replay-filtered training steps (stage 2).
+
+This is the release's `process_data.py` in one place, on this project's files:
+
+    # stage 1: rollouts (a VisualAgentBench result dir or our JSONL) -> labelled trajectories
+    python -m webrl.data process --stage 1 --rollouts results/phase3 --orm runs/orm --output data/phase3.jsonl
+    python -m webrl.data process --stage 1 --rollouts rollouts.jsonl --reward-source evaluator --output data/p3.jsonl
+    # stage 2: earlier phases' successes through the actor-confidence filter + all current steps
+    python -m webrl.data process --stage 2 --output data/phase3.jsonl --experience data/phase1.jsonl \\
+        data/phase2.jsonl --actor runs/actor_phase2        # writes data/phase3_filter.jsonl
+    python -m webrl.data process --stage 1 2 ...           # both, like the release
+
+Stage 1 sets every trajectory's `outcome`: with `--reward-source orm` from the ORM's P(YES) >= 0.5
+(also stored as `orm_score` / `orm_reward`), with `--reward-source evaluator` from the evaluator
+score >= 0.5. Stage 2 writes a flat, seeded-shuffled JSONL of step samples: the replayed steps the
+filter kept plus every step of the current phase (successes and failures), which is what the
+critic and the actor train on. `--devices N` scores the experience on N processes (DDP).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from webrl.data.prompts import build_orm_prompt, uses_chat_template
+from webrl.data.replay import ReplayFilterConfig, actor_scorer, current_phase_samples, filter_by_perplexity
+from webrl.data.steps import write_samples
+from webrl.data.traces import import_trace_dir, orm_examples, sft_examples, write_sharegpt
+from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
+
+OrmScorer = Callable[[list[str]], list[float]]
+"""score(orm_prompts) -> P(YES) of each prompt."""
+
+
+def load_rollouts(path: str | Path) -> list[Trajectory]:
+    """Trajectories from a VisualAgentBench result dir (traces/ + actions/) or a trajectory JSONL file."""
+    path = Path(path)
+    if path.is_dir():
+        return import_trace_dir(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"rollouts not found: {path} (expected a trace dir or a .jsonl file)")
+    return read_trajectories(path)
+
+
+def label_with_evaluator(trajectories: Sequence[Trajectory]) -> None:
+    """outcome = 1[eval_reward >= 0.5]; a trajectory without an evaluator score is an error."""
+    for trajectory in trajectories:
+        if trajectory.eval_reward is None:
+            raise ValueError(
+                f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no evaluator reward: "
+                "use --reward-source orm"
+            )
+        trajectory.outcome = 1.0 if trajectory.eval_reward >= 0.5 else 0.0
+
+
+def label_with_orm(
+    trajectories: Sequence[Trajectory], score: OrmScorer, *, chat_template_tokenizer: Any = None
+) -> None:
+    """orm_score = P(YES), orm_reward = outcome = 1[P(YES) >= 0.5] (release: `add_overall_reward`)."""
+    labelled = [t for t in trajectories if t.steps]
+    prompts = [
+        build_orm_prompt(
+            t.task.intent,
+            [s.response for s in t.steps],
+            t.steps[-1].observation,
+            chat_template_tokenizer=chat_template_tokenizer,
+        )
+        for t in labelled
+    ]
+    for trajectory, p_yes in zip(labelled, score(prompts), strict=True):
+        trajectory.orm_score = float(p_yes)
+        trajectory.orm_reward = 1.0 if p_yes >= 0.5 else 0.0
+        trajectory.outcome = trajectory.orm_reward
+    for trajectory in trajectories:
+        if not trajectory.steps:
+            trajectory.orm_score, trajectory.orm_reward, trajectory.outcome = 0.0, 0.0, 0.0
+
+
+def orm_scorer(path: str | Path, *, batch_size: int = 4) -> tuple[OrmScorer, Any]:
+    """P(YES) scorer of an ORM checkpoint directory, and its tokenizer (for the prompt's form)."""
+    import torch
+
+    from webrl.modules.lm import load_model_and_tokenizer, pad_batch, position_ids_from_mask
+
+    model, tokenizer = load_model_and_tokenizer(path)
+    model.eval()
+    answer_ids = []
+    for word in ("YES", "NO"):
+        ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ValueError(f"ORM tokenizer at {path} splits {word!r} into {len(ids)} tokens; it must be one token")
+        answer_ids.append(ids[0])
+
+    @torch.no_grad()
+    def score(prompts: list[str]) -> list[float]:
+        out: list[float] = []
+        for start in range(0, len(prompts), batch_size):
+            rows = [tokenizer(p)["input_ids"] for p in prompts[start : start + batch_size]]
+            ids, mask = pad_batch(rows, tokenizer.pad_token_id, "left")  # (B, T)
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
+            pair = logits[:, -1, answer_ids].float()  # (B, 2): YES, NO at the answer position
+            out.extend(torch.softmax(pair, dim=-1)[:, 0].tolist())
+        return out
+
+    return score, tokenizer
+
+
+def stage1(args: argparse.Namespace) -> list[Trajectory]:
+    trajectories = load_rollouts(args.rollouts)
+    if args.reward_source == "evaluator":
+        label_with_evaluator(trajectories)
+    else:
+        score, tokenizer = orm_scorer(args.orm, batch_size=args.batch_size)
+        chat = tokenizer if uses_chat_template(tokenizer) else None
+        label_with_orm(trajectories, score, chat_template_tokenizer=chat)
+    write_trajectories(args.output, trajectories)
+    successes = sum(1 for t in trajectories if t.outcome == 1.0)
+    print(f"stage 1: {len(trajectories)} trajectories, {successes} successful -> {args.output}")
+    if args.sft_out:
+        print(f"sft data: {write_sharegpt(args.sft_out, sft_examples(trajectories))}")
+    if args.orm_data_out:
+        print(f"orm data: {write_sharegpt(args.orm_data_out, orm_examples(trajectories))}")
+    return trajectories
+
+
+def stage2(args: argparse.Namespace) -> None:
+    output = Path(args.output)
+    if not output.is_file():
+        raise FileNotFoundError(
+            f"stage 2 reads the current phase from --output {output}, which does not exist: run stage 1"
+        )
+    current = read_trajectories(output)
+    experience = [t for path in args.experience or [] for t in load_rollouts(path)]
+    fabric = _fabric(args.devices)
+    from webrl.modules.lm import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(args.actor)
+    if fabric is not None:
+        model = model.to(fabric.device)
+    chat = tokenizer if uses_chat_template(tokenizer) else None
+    current_samples = current_phase_samples(current, gamma=args.gamma, chat_template_tokenizer=chat)
+    config = ReplayFilterConfig(low=args.low, high=args.high, cap_ratio=args.cap_ratio, seed=args.seed)
+    kept = filter_by_perplexity(
+        experience,
+        actor_scorer(model, tokenizer, batch_size=args.batch_size),
+        current_steps=len(current_samples),
+        config=config,
+        gamma=args.gamma,
+        batch_size=args.batch_size,
+        fabric=fabric,
+        chat_template_tokenizer=chat,
+    )
+    if fabric is not None and fabric.global_rank != 0:
+        return
+    samples = kept + current_samples
+    random.Random(args.seed).shuffle(samples)
+    target = output.with_name(output.stem + "_filter.jsonl")
+    write_samples(target, samples)
+    print(f"stage 2: {len(kept)} replayed + {len(current_samples)} current steps -> {target}")
+
+
+def _fabric(devices: int) -> Any:
+    if devices <= 1:
+        return None
+    from lightning.fabric import Fabric
+
+    fabric = Fabric(accelerator="auto", devices=devices, strategy="ddp")
+    fabric.launch()
+    return fabric
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m webrl.data", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("process", help="label rollouts (stage 1), build replay-filtered steps (stage 2)")
+    p.add_argument("--stage", type=int, nargs="+", choices=(1, 2), required=True, help="stages to run, in order")
+    p.add_argument("--rollouts", help="stage 1 input: a VisualAgentBench result dir or a trajectory .jsonl")
+    p.add_argument("--output", required=True, help="stage-1 output .jsonl; stage 2 writes <stem>_filter.jsonl")
+    p.add_argument("--reward-source", choices=("orm", "evaluator"), default="orm", help="stage-1 label source")
+    p.add_argument("--orm", help="ORM checkpoint directory (stage 1 with --reward-source orm)")
+    p.add_argument("--actor", help="current actor directory (stage 2)")
+    p.add_argument("--experience", nargs="*", help="earlier phases' stage-1 outputs or trace dirs (stage 2)")
+    p.add_argument("--gamma", type=float, default=0.9, help="discount of mc_return")
+    p.add_argument("--low", type=float, default=0.5, help="filter window lower bound (exclusive)")
+    p.add_argument("--high", type=float, default=0.95, help="filter window upper bound (inclusive)")
+    p.add_argument("--cap-ratio", type=float, default=2.0, help="replayed steps <= cap-ratio x current steps")
+    p.add_argument("--seed", type=int, default=0, help="seed of the replay sampling and the output shuffle")
+    p.add_argument("--batch-size", type=int, default=8, help="scoring batch size")
+    p.add_argument("--devices", type=int, default=1, help="processes that score in parallel (DDP)")
+    p.add_argument("--sft-out", help="also export successful steps as ShareGPT SFT JSON (stage 1)")
+    p.add_argument("--orm-data-out", help="also export ORM ShareGPT JSON (stage 1)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; bad input (missing path, malformed file) prints one error line and returns 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if 1 in args.stage and args.rollouts is None:
+        parser.error("--stage 1 needs --rollouts PATH")
+    if 1 in args.stage and args.reward_source == "orm" and args.orm is None:
+        parser.error("--reward-source orm needs --orm PATH (or use --reward-source evaluator)")
+    if 2 in args.stage and args.actor is None:
+        parser.error("--stage 2 needs --actor PATH (the current actor, which scores the replayed actions)")
+    try:
+        if 1 in args.stage:
+            stage1(args)
+        if 2 in args.stage:
+            stage2(args)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
