@@ -1,0 +1,389 @@
+"""PhaseLoop: WebRL's outer loop on Lightning Fabric, one resumable stage at a time.
+
+Per phase (architecture.md, "One phase"): curriculum → rollouts → ORM labels → replay filter →
+critic → actor → weight sync → evaluation on held-out tasks (temperature 0) → checkpoint.
+Phase 0 is the release's maintainers' phase 0 (webrl-method.md §7): the SFT actor is rolled out
+on the training tasks, rollouts are labelled, the replay buffer starts with the SFT demonstrations
+and phase 0's successes, and its failures seed phase 1's curriculum; nothing is trained in it, and
+its evaluation is the SFT baseline.
+
+Every stage writes its outputs atomically into `phase_NNN/` and only then is marked done in
+`run_state.json` (`webrl.run_state`), so after a kill at any point the same command redoes at
+most the stage in flight; rollouts even keep the episodes that had finished. Rollouts are sharded
+across ranks (each rank runs its own browser and engine on its share of the tasks and writes its
+own file); every collective (training, weight gathering) runs on all ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+
+from webrl.data.curriculum import Curriculum
+from webrl.data.curriculum_state import CurriculumState
+from webrl.data.datamodule import ReplayDataModule
+from webrl.data.prompts import build_orm_prompt, uses_chat_template
+from webrl.data.replay import ReplayBuffer, actor_scorer, filter_by_perplexity
+from webrl.data.steps import StepSample, read_samples, write_samples
+from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_trajectories
+from webrl.inference.engine import InferenceEngine
+from webrl.inference.weight_sync import full_state_dict
+from webrl.loop_config import WebRLConfig
+from webrl.metrics import agreement, success_by_site
+from webrl.modules.actor import ActorModule
+from webrl.modules.critic import CriticModule
+from webrl.modules.orm import OutcomeRewardModule
+from webrl.run_state import STAGES, RunState, seed_everything_for, stage_seed, write_json_atomic
+from webrl.tracking import append_csv, log_trajectory_table
+from webrl.training import train_module
+from webrl.web_environment import WebEnvironment
+
+log = logging.getLogger(__name__)
+
+PHASE_STEPS = 100_000
+"""Width of a phase on the logged step axis: critic steps, then actor steps from the middle, then the record."""
+
+
+class PhaseLoop:
+    """Runs (or resumes) the phases of one WebRL run in `config.output_dir`.
+
+    `sft_dir` is the starting actor (the SFT checkpoint); `orm_dir` the ORM (None when rewards come
+    from the evaluators); `demonstrations` the SFT data, the replay buffer's first content.
+    """
+
+    def __init__(
+        self,
+        config: WebRLConfig,
+        fabric: Fabric,
+        env: WebEnvironment,
+        engine: InferenceEngine,
+        *,
+        sft_dir: Path,
+        orm_dir: Path | None,
+        demonstrations: list[Trajectory],
+    ) -> None:
+        self.config = config
+        self.fabric = fabric
+        self.env = env
+        self.engine = engine
+        self.sft_dir = Path(sft_dir)
+        self.orm_dir = orm_dir
+        self.demonstrations = demonstrations
+        self.run_dir = Path(config.output_dir)
+        self.state_path = self.run_dir / "run_state.json"
+        self.state = RunState.load(self.state_path)
+        self.replay = ReplayBuffer(self.run_dir / "replay")
+
+    # ----------------------------------------------------------------------------------------------
+    def run(self) -> list[dict[str, Any]]:
+        """Run every phase not yet completed; returns the per-phase records (also in run_state.json)."""
+        for phase in range(self.state.phase, self.config.phases + 1):
+            for stage in STAGES[:-1]:
+                if self.state.is_done(phase, stage):
+                    continue
+                seed_everything_for(self.config.seed, phase, stage)
+                self.fabric.print(f"[phase {phase}] {stage}")
+                started = time.perf_counter()
+                metrics = getattr(self, f"_{stage}")(phase) or {}
+                metrics[f"time/{stage}_s"] = time.perf_counter() - started
+                self._finish_stage(phase, stage, metrics)
+            self._checkpoint(phase)
+        return self.state.history
+
+    # ---------------------------------------------------------------------------------------------- paths
+    def phase_dir(self, phase: int) -> Path:
+        return self.run_dir / f"phase_{phase:03d}"
+
+    def actor_dir(self, phase: int) -> Path:
+        """The actor that phase `phase` rolls out: the last trained one before it, else the SFT model."""
+        for earlier in range(phase - 1, -1, -1):
+            candidate = self.phase_dir(earlier) / "actor"
+            if (candidate / "config.json").exists():
+                return candidate
+        return self.sft_dir
+
+    def critic_path(self, phase: int) -> Path | None:
+        for earlier in range(phase, 0, -1):
+            candidate = self.phase_dir(earlier) / "critic.pt"
+            if candidate.exists():
+                return candidate
+        return None
+
+    # ---------------------------------------------------------------------------------------------- stages
+    def _curriculum(self, phase: int) -> dict[str, float]:
+        out = self.phase_dir(phase) / "tasks.json"
+        metrics: dict[str, float] = {}
+        if self.fabric.is_global_zero:
+            if phase == 0 or not self.config.curriculum_enabled:
+                tasks = self.env.suite(self.config.env.train_split, self.config.env.train_tasks, self.config.seed)
+            else:
+                tasks, metrics = self._propose_tasks(phase)
+            write_json_atomic(out, [task.to_dict() for task in tasks])
+        self.fabric.barrier()
+        return {**metrics, "curriculum/tasks": float(len(self.tasks(phase)))}
+
+    def _propose_tasks(self, phase: int) -> tuple[list[Task], dict[str, float]]:
+        previous = self.phase_dir(phase - 1)
+        state = CurriculumState.load(previous) if (previous / "curriculum_state.json").exists() else None
+        curriculum = Curriculum(
+            self.config.curriculum,
+            reinstantiate=self.env.reinstantiate,
+            start_observation=self.env.start_observation,
+            state=state,
+        )
+        if state is None:
+            curriculum.register_tasks(self.tasks(0))
+        critic = self._critic_scorer(phase) if self.critic_path(phase - 1) is not None else None
+        result = curriculum.propose(phase, self.labelled(phase - 1), critic=critic)
+        curriculum.state.save(self.phase_dir(phase))
+        return result.tasks, result.metrics
+
+    def _critic_scorer(self, phase: int) -> Any:
+        critic = CriticModule(self.sft_dir, max_length=self.config.model.max_length)
+        critic.load_state_dict(torch.load(self.critic_path(phase - 1), map_location="cpu", weights_only=True))
+        return lambda prompts: critic.values(prompts).tolist()
+
+    def _rollouts(self, phase: int) -> dict[str, float]:
+        tasks = self.tasks(phase)[self.fabric.global_rank :: self.fabric.world_size]
+        self._sync_engine(self.actor_dir(phase))
+        out = self.phase_dir(phase) / f"rollouts.rank{self.fabric.global_rank}.jsonl"
+        seed = stage_seed(self.config.seed, phase, "rollouts") + self.fabric.global_rank
+        _, metrics = self.env.run_episodes(
+            self.engine, tasks, out, phase=phase, evaluation=False, seed=seed, prompt_builder=self._prompt_builder()
+        )
+        return {f"rollout/{k.split('/', 1)[-1]}": v for k, v in metrics.items()}
+
+    def _labels(self, phase: int) -> dict[str, float]:
+        trajectories = self.rollouts(phase)
+        if self.fabric.is_global_zero:
+            if self.config.reward.source == "orm":
+                self._score_with_orm(trajectories)
+            for trajectory in trajectories:
+                source = trajectory.orm_reward if self.config.reward.source == "orm" else trajectory.eval_reward
+                trajectory.outcome = float(source or 0.0)
+            write_trajectories(self.phase_dir(phase) / "labelled.jsonl", trajectories)
+        self.fabric.barrier()
+        labelled = self.labelled(phase)
+        metrics = {f"train/{k}": v for k, v in success_by_site(labelled, key="outcome").items()}
+        metrics.update({f"train_eval/{k}": v for k, v in success_by_site(labelled, key="eval_reward").items()})
+        metrics.update(agreement(labelled))
+        return metrics
+
+    def _score_with_orm(self, trajectories: list[Trajectory]) -> None:
+        if self.orm_dir is None:
+            raise ValueError("reward.source=orm needs an ORM (model.orm, or let recipes.webrl train one)")
+        orm = OutcomeRewardModule(self.orm_dir, max_length=self.config.model.max_length)
+        chat = orm.tokenizer if uses_chat_template(orm.tokenizer) else None
+        prompts = [
+            build_orm_prompt(
+                t.task.intent,
+                [s.response for s in t.steps],
+                t.steps[-1].observation if t.steps else t.final_observation,
+                chat_template_tokenizer=chat,
+            )
+            for t in trajectories
+        ]
+        scores = orm.score_prompts(prompts).tolist() if prompts else []
+        for trajectory, score in zip(trajectories, scores, strict=True):
+            trajectory.orm_score = float(score)
+            trajectory.orm_reward = 1.0 if score >= self.config.reward.threshold else 0.0
+
+    def _replay(self, phase: int) -> dict[str, float]:
+        labelled = self.labelled(phase)
+        out = self.phase_dir(phase) / "replay_samples.jsonl"
+        kept: list[StepSample] = []
+        if self.config.replay.enabled and phase > 0:
+            experience = list(self.demonstrations) + self.replay.trajectories()
+            model, tokenizer = self._load_actor_model(self.actor_dir(phase))
+            score = actor_scorer(model, tokenizer, max_length=self.config.model.max_length)
+            current_steps = sum(len(t.steps) for t in labelled)
+            kept = filter_by_perplexity(
+                experience, score, current_steps=current_steps, config=self.config.replay.filter, fabric=self.fabric
+            )
+        if self.fabric.is_global_zero:
+            write_samples(out, kept)
+            self.replay.add_phase(phase, labelled, overwrite=True)
+        self.fabric.barrier()
+        return {"replay/kept": float(len(kept)), "replay/buffer_trajectories": float(len(self.replay.trajectories()))}
+
+    def _critic(self, phase: int) -> dict[str, float]:
+        if phase == 0:
+            return {}
+        settings = self.config.critic.train
+        critic = CriticModule(self.sft_dir, lr=settings.lr, max_length=self.config.model.max_length)
+        previous = self.critic_path(phase - 1)
+        if previous is not None:
+            critic.load_state_dict(torch.load(previous, map_location="cpu", weights_only=True))
+        data = self._datamodule(phase, critic.tokenizer, settings.batch_size, phase_stage="critic")
+        module, optimizer = self.fabric.setup(critic, critic.configure_optimizers())
+        module.mark_forward_method("compute_loss")
+        metrics = train_module(
+            self.fabric,
+            module,
+            optimizer,
+            self.fabric.setup_dataloaders(data.critic_dataloader()),
+            settings,
+            name="critic",
+            step_offset=phase * PHASE_STEPS,
+        )
+        state = full_state_dict(module)  # a collective under sharding: every rank calls it
+        if self.fabric.is_global_zero:
+            _save_atomic(state, self.phase_dir(phase) / "critic.pt")
+        self.fabric.barrier()
+        return metrics
+
+    def _actor(self, phase: int) -> dict[str, float]:
+        if phase == 0:
+            return {}
+        settings = self.config.actor.train
+        model, tokenizer = self._load_actor_model(self.actor_dir(phase))
+        actor = ActorModule(model, tokenizer, loss=self.config.actor.loss, lr=settings.lr)
+        critic = CriticModule(self.sft_dir, max_length=self.config.model.max_length)
+        critic.load_state_dict(torch.load(self.critic_path(phase), map_location="cpu", weights_only=True))
+        critic.requires_grad_(False)
+        actor.attach_critic(critic.to(self.fabric.device))
+        data = self._datamodule(
+            phase, tokenizer, settings.batch_size, phase_stage="actor", critic_tokenizer=critic.tokenizer
+        )
+        module, optimizer = self.fabric.setup(actor, actor.configure_optimizers())
+        module.mark_forward_method("compute_loss")
+        metrics = train_module(
+            self.fabric,
+            module,
+            optimizer,
+            self.fabric.setup_dataloaders(data.actor_dataloader()),
+            settings,
+            name="actor",
+            step_offset=phase * PHASE_STEPS + PHASE_STEPS // 2,
+        )
+        state = full_state_dict(actor.model)
+        if self.fabric.is_global_zero:
+            target = self.phase_dir(phase) / "actor"
+            tmp = target.with_name("actor.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            actor.model.save_pretrained(tmp, state_dict=state)
+            tokenizer.save_pretrained(tmp)
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+        self.fabric.barrier()
+        return metrics
+
+    def _sync(self, phase: int) -> dict[str, float]:
+        started = time.perf_counter()
+        self._sync_engine(self.actor_dir(phase + 1))
+        return {"sync/seconds": time.perf_counter() - started}
+
+    def _evaluate(self, phase: int) -> dict[str, float]:
+        tasks = self.env.suite(self.config.env.test_split, self.config.env.test_tasks, self.config.seed)
+        shard = tasks[self.fabric.global_rank :: self.fabric.world_size]
+        self._sync_engine(self.actor_dir(phase + 1))
+        out = self.phase_dir(phase) / f"eval.rank{self.fabric.global_rank}.jsonl"
+        self.env.run_episodes(
+            self.engine,
+            shard,
+            out,
+            phase=phase,
+            evaluation=True,
+            seed=self.config.seed,
+            prompt_builder=self._prompt_builder(),
+        )
+        self.fabric.barrier()
+        results = self._read_ranks(phase, "eval")
+        return {f"test/{k}": v for k, v in success_by_site(results, key="eval_reward").items()}
+
+    # ---------------------------------------------------------------------------------------------- helpers
+    def tasks(self, phase: int) -> list[Task]:
+        data = json.loads((self.phase_dir(phase) / "tasks.json").read_text(encoding="utf-8"))
+        return [Task.from_dict(item) for item in data]
+
+    def rollouts(self, phase: int) -> list[Trajectory]:
+        return self._read_ranks(phase, "rollouts")
+
+    def labelled(self, phase: int) -> list[Trajectory]:
+        return read_trajectories(self.phase_dir(phase) / "labelled.jsonl")
+
+    def _read_ranks(self, phase: int, prefix: str) -> list[Trajectory]:
+        out: list[Trajectory] = []
+        for path in sorted(self.phase_dir(phase).glob(f"{prefix}.rank*.jsonl")):
+            out.extend(read_trajectories(path))
+        return sorted(out, key=lambda t: t.task.task_id)
+
+    def _prompt_builder(self) -> Any:
+        tokenizer = getattr(self.engine, "tokenizer", None)
+        if tokenizer is None or not uses_chat_template(tokenizer):
+            return None
+        from webrl.data.prompts import actor_prompt_for_step
+
+        return lambda task, steps, html: actor_prompt_for_step(task, steps, html, chat_template_tokenizer=tokenizer)
+
+    def _sync_engine(self, actor_dir: Path) -> None:
+        """Point the engine at `actor_dir` unless it already serves it (a reload costs seconds)."""
+        if Path(getattr(self.engine, "model_path", "")) != actor_dir:
+            self.engine.reload(actor_dir)
+
+    def _load_actor_model(self, path: Path) -> tuple[Any, Any]:
+        from webrl.modules.lm import load_model_and_tokenizer
+
+        return load_model_and_tokenizer(path)
+
+    def _datamodule(
+        self, phase: int, tokenizer: Any, batch_size: int, *, phase_stage: str, critic_tokenizer: Any = None
+    ) -> ReplayDataModule:
+        replayed = read_samples(self.phase_dir(phase) / "replay_samples.jsonl")
+        data = ReplayDataModule(
+            tokenizer,
+            current=self.labelled(phase),
+            replay=replayed,
+            target=phase_stage,
+            batch_size=batch_size,
+            max_length=self.config.model.max_length,
+            seed=stage_seed(self.config.seed, phase, phase_stage),
+            critic_tokenizer=critic_tokenizer,
+        )
+        data.setup()
+        return data
+
+    def _finish_stage(self, phase: int, stage: str, metrics: dict[str, float]) -> None:
+        """Save the stage's metrics, then mark it done (rank 0), then let every rank see the new state."""
+        if self.fabric.is_global_zero:
+            write_json_atomic(self.phase_dir(phase) / "metrics" / f"{stage}.json", metrics)
+            self.state.mark(phase, stage, self.state_path)
+        self.fabric.barrier()
+        self.state = RunState.load(self.state_path)
+
+    def _phase_record(self, phase: int) -> dict[str, Any]:
+        record: dict[str, Any] = {"phase": phase}
+        for path in sorted((self.phase_dir(phase) / "metrics").glob("*.json")):
+            record.update(json.loads(path.read_text(encoding="utf-8")))
+        return record
+
+    def _checkpoint(self, phase: int) -> None:
+        """Close the phase: its record goes to W&B, phases.csv and run_state.json, in that order."""
+        record = self._phase_record(phase)
+        record["time/phase_s"] = sum(v for k, v in record.items() if k.startswith("time/") and k.endswith("_s"))
+        if self.fabric.is_global_zero:
+            # Phase records sit after both training stages on the step axis, so W&B steps stay monotonic.
+            numeric = {k: v for k, v in record.items() if isinstance(v, (int, float))}
+            self.fabric.log_dict(numeric, step=phase * PHASE_STEPS + PHASE_STEPS - 1)
+            append_csv(self.run_dir / "phases.csv", record)
+            log_trajectory_table(
+                self.fabric.loggers, phase, self.labelled(phase), self.config.tracking.sample_trajectories
+            )
+            self.state.history.append(record)
+            self.state.mark(phase, "checkpoint", self.state_path)
+        self.fabric.barrier()
+        self.state = RunState.load(self.state_path)
+
+
+def _save_atomic(state: dict[str, torch.Tensor], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)

@@ -1,0 +1,48 @@
+"""Run-level figures computed from trajectories: success per site, and ORM agreement with evaluators."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from webrl.data.trajectory import Trajectory
+
+
+def success_by_site(trajectories: list[Trajectory], key: str = "eval_reward") -> dict[str, float]:
+    """`success_rate` overall and `success_rate/<site>`, reading the reward field `key` (>= 0.5 = success).
+
+    Trajectories whose `key` is None (no evaluator, no label) are left out of the rates and counted
+    in `unlabelled`.
+    """
+    hits: dict[str, list[float]] = defaultdict(list)
+    unlabelled = 0
+    for trajectory in trajectories:
+        value = getattr(trajectory, key)
+        if value is None:
+            unlabelled += 1
+            continue
+        hits[trajectory.task.site].append(1.0 if value >= 0.5 else 0.0)
+    every = [hit for site_hits in hits.values() for hit in site_hits]
+    out = {"success_rate": sum(every) / len(every) if every else 0.0, "episodes": float(len(every))}
+    for site, site_hits in sorted(hits.items()):
+        out[f"success_rate/{site}"] = sum(site_hits) / len(site_hits)
+    if unlabelled:
+        out["unlabelled"] = float(unlabelled)
+    return out
+
+
+def agreement(trajectories: list[Trajectory]) -> dict[str, float]:
+    """How often the ORM's verdict matches the programmatic evaluator, where a trajectory has both."""
+    pairs = [
+        (t.orm_reward >= 0.5, t.eval_reward >= 0.5)
+        for t in trajectories
+        if t.orm_reward is not None and t.eval_reward is not None
+    ]
+    if not pairs:
+        return {}
+    true_pos = sum(orm and ev for orm, ev in pairs)
+    return {
+        "orm/agreement": sum(orm == ev for orm, ev in pairs) / len(pairs),
+        "orm/precision": true_pos / max(1, sum(orm for orm, _ in pairs)),
+        "orm/recall": true_pos / max(1, sum(ev for _, ev in pairs)),
+        "orm/compared": float(len(pairs)),
+    }

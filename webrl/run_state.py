@@ -1,0 +1,98 @@
+"""Durable progress of a run: which stages of which phase are done, and the RNG state to resume with.
+
+The phase loop is a sequence of stages per phase (curriculum, rollouts, labels, replay, critic, actor,
+sync, evaluate, checkpoint). A stage's outputs are written first, atomically, and only then is the stage
+marked done in `run_state.json`; so after a kill at any point, the same command redoes at most the stage
+that was in flight, and never sees half-written outputs. Each phase's RNG seeds derive from
+(seed, phase, stage), never from global state, so a resumed stage draws the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STAGES = ("curriculum", "rollouts", "labels", "replay", "critic", "actor", "sync", "evaluate", "checkpoint")
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    """Write JSON to a temp file, fsync it, then rename over `path`: readers see old or new, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def stage_seed(seed: int, phase: int, stage: str) -> int:
+    """A seed for one stage of one phase, stable across processes and resumes."""
+    return (seed * 1_000_003 + phase * 10_007 + STAGES.index(stage) * 101) % (2**31 - 1)
+
+
+def seed_everything_for(seed: int, phase: int, stage: str) -> int:
+    """Seed python, numpy and torch (when importable) for a stage; returns the seed used."""
+    value = stage_seed(seed, phase, stage)
+    random.seed(value)
+    try:
+        import numpy as np
+
+        np.random.seed(value)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        torch.manual_seed(value)
+    except ImportError:
+        pass
+    return value
+
+
+@dataclass
+class RunState:
+    """What has been completed. `phase` is the phase in progress; `done` the stages finished in it."""
+
+    phase: int = 0
+    done: list[str] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """One metrics record per finished phase (what the final table is printed from)."""
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> RunState:
+        path = Path(path)
+        if not path.exists():
+            return cls()
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: run state is not valid JSON ({err}); it is only written atomically") from err
+        unknown = [stage for stage in data.get("done", []) if stage not in STAGES]
+        if unknown:
+            raise ValueError(f"{path}: unknown stages {unknown} (known: {list(STAGES)})")
+        return cls(phase=int(data.get("phase", 0)), done=list(data.get("done", [])), history=data.get("history", []))
+
+    def save(self, path: str | os.PathLike) -> None:
+        write_json_atomic(path, asdict(self))
+
+    def is_done(self, phase: int, stage: str) -> bool:
+        return phase < self.phase or (phase == self.phase and stage in self.done)
+
+    def mark(self, phase: int, stage: str, path: str | os.PathLike) -> None:
+        """Record `stage` of `phase` as complete; the last stage moves the run to the next phase."""
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}")
+        if phase != self.phase:
+            raise ValueError(f"marking phase {phase} while the run is in phase {self.phase}")
+        if stage not in self.done:
+            self.done.append(stage)
+        if stage == STAGES[-1]:
+            self.phase += 1
+            self.done = []
+        self.save(path)

@@ -1,0 +1,121 @@
+"""One training stage under Fabric: epochs over a dataloader, calling a module's `compute_loss`.
+
+The critic, actor, ORM and SFT stages of the phase loop all run through `train_module`, so the
+strategy (DDP, FSDP, FSDP2), gradient clipping, accumulation, progress and metric logging are
+written once. Every rank runs the same number of steps (the DataModule pads its distributed
+sampler), since a rank that stopped early would leave the others waiting in a collective.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+from tqdm.auto import tqdm
+
+
+@dataclass
+class StageSettings:
+    """Optimisation settings of one training stage (critic, actor, ORM or SFT)."""
+
+    lr: float = 1e-5
+    """AdamW learning rate"""
+    epochs: float = 1.0
+    """passes over the stage's data (fractions allowed: 0.5 = half an epoch)"""
+    batch_size: int = 4
+    """examples per process per optimiser micro-step"""
+    accumulate: int = 1
+    """micro-batches per optimiser step"""
+    grad_clip: float = 1.0
+    """max gradient norm (0 = no clipping)"""
+    warmup_ratio: float = 0.0
+    """fraction of steps with a linear learning-rate warmup"""
+    schedule: str = "constant"
+    """constant | cosine (after warmup)"""
+
+    def validate(self, name: str) -> None:
+        if self.lr <= 0 or self.epochs <= 0 or self.batch_size < 1 or self.accumulate < 1:
+            raise ValueError(f"{name}: lr and epochs must be > 0, batch_size and accumulate >= 1")
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"{name}.schedule must be constant or cosine, got {self.schedule!r}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"{name}.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+
+
+def lr_factor(step: int, total: int, settings: StageSettings) -> float:
+    """Multiplier of the base learning rate at optimiser step `step` of `total`."""
+    warmup = int(total * settings.warmup_ratio)
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if settings.schedule == "cosine" and total > warmup:
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 1.0
+
+
+def train_module(
+    fabric: Fabric,
+    module: Any,
+    optimizer: torch.optim.Optimizer,
+    dataloader: Any,
+    settings: StageSettings,
+    *,
+    name: str,
+    step_offset: int = 0,
+    progress: bool = True,
+) -> dict[str, float]:
+    """Train `module` (already `fabric.setup`) for `settings.epochs`; returns the stage's mean metrics.
+
+    `step_offset` continues the global step count across phases so that logged curves line up.
+    """
+    batches_per_epoch = len(dataloader)
+    total_batches = max(1, int(round(batches_per_epoch * settings.epochs)))
+    total_steps = max(1, math.ceil(total_batches / settings.accumulate))
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
+    sums: dict[str, float] = {}
+    count = 0
+    tokens = 0
+    started = time.perf_counter()
+    bar = tqdm(total=total_batches, desc=name, disable=not (progress and fabric.is_global_zero), leave=False)
+    module.train()
+    batch_index = 0
+    while batch_index < total_batches:
+        for batch in dataloader:
+            if batch_index >= total_batches:
+                break
+            step = batch_index // settings.accumulate
+            for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
+                group["lr"] = base * lr_factor(step, total_steps, settings)
+            is_last_micro = (batch_index + 1) % settings.accumulate == 0 or batch_index + 1 == total_batches
+            with fabric.no_backward_sync(module, enabled=not is_last_micro):
+                loss, metrics = module.compute_loss(batch)
+                fabric.backward(loss / settings.accumulate)
+            if is_last_micro:
+                if settings.grad_clip > 0:
+                    fabric.clip_gradients(module, optimizer, max_norm=settings.grad_clip, error_if_nonfinite=False)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            values = {key: float(value) for key, value in metrics.items()}
+            for key, value in values.items():
+                sums[key] = sums.get(key, 0.0) + value
+            count += 1
+            if "attention_mask" in batch:
+                tokens += int(batch["attention_mask"].sum())
+            fabric.log_dict({**values, f"{name}/lr": optimizer.param_groups[0]["lr"]}, step=step_offset + batch_index)
+            bar.update(1)
+            bar.set_postfix(loss=f"{values.get(f'{name}/loss', float(loss)):.4f}")
+            batch_index += 1
+    bar.close()
+    for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
+        group["lr"] = base
+    elapsed = time.perf_counter() - started
+    summary = {key: value / max(1, count) for key, value in sums.items()}
+    summary[f"{name}/steps"] = float(count)
+    summary[f"{name}/seconds"] = elapsed
+    if tokens:
+        summary[f"{name}/tokens_per_s"] = tokens / max(elapsed, 1e-9)
+    return summary

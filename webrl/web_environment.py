@@ -1,0 +1,148 @@
+"""The websites side of a run: task suites, the sites server, and resumable rollouts in Chromium.
+
+`WebEnvironment` is what the phase loop talks to: it starts the embedded sites (or points at a
+user's WebArena deployment through `env.url_map`), loads the train and test suites, and runs
+episodes of an engine on a list of tasks. Rollouts append each finished trajectory to a JSONL
+file as it ends; a rerun after a crash reads that file back, skips the tasks already there and runs
+only the rest, so no trajectory is lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+from webrl.data.trajectory import Task, Trajectory, read_trajectories
+from webrl.env.browser import BrowserConfig, BrowserPool
+from webrl.env.episode import EpisodeLimits
+from webrl.env.observation import ObservationConfig
+from webrl.env.tasks import load_tasks
+from webrl.inference.engine import InferenceEngine, SamplingParams
+from webrl.inference.rollout import RolloutResult, collect_rollouts
+from webrl.loop_config import WebRLConfig
+
+
+class WebEnvironment:
+    """Sites, suites and rollouts for one run; use as a context manager (it owns the sites server)."""
+
+    def __init__(self, config: WebRLConfig) -> None:
+        self.config = config
+        self._sites: Any = None
+        self.url_map: dict[str, str] = dict(config.env.url_map)
+        self.backend: Any = None
+
+    def __enter__(self) -> WebEnvironment:
+        if self.config.env.suite == "embedded":
+            from webrl.env.sites.embedded import EmbeddedSites
+
+            self._sites = EmbeddedSites().start()
+            self.url_map = self._sites.url_map
+            self.backend = self._sites.backend()
+        else:
+            from webrl.env.backend import WebArenaBackend
+
+            self.backend = WebArenaBackend(self.url_map)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._sites is not None:
+            self._sites.stop()
+            self._sites = None
+
+    def suite(self, split: str, limit: int, seed: int) -> list[Task]:
+        """Tasks of `split` (all, or a seeded sample of `limit`), with placeholders resolved."""
+        if self.config.env.suite == "embedded":
+            from webrl.env.sites.suite import load_suite
+
+            tasks = load_suite(split, self.url_map)
+        else:
+            tasks = load_tasks(Path(self.config.env.suite) / f"{split}", self.url_map)
+        if limit and limit < len(tasks):
+            tasks = sorted(random.Random(seed).sample(tasks, limit), key=lambda t: t.task_id)
+        return tasks
+
+    def reinstantiate(self, task: Task, rng: random.Random, n: int) -> list[Task]:
+        from webrl.env.sites.suite import reinstantiate
+
+        return reinstantiate(task, rng, n, self.url_map)
+
+    def browser_config(self) -> BrowserConfig:
+        return BrowserConfig(
+            executable_path=self.config.env.chromium or None, max_concurrency=self.config.rollout.concurrency
+        )
+
+    def limits(self) -> EpisodeLimits:
+        return EpisodeLimits(max_steps=self.config.env.max_steps)
+
+    def observation_config(self) -> ObservationConfig:
+        return ObservationConfig(max_chars=self.config.env.html_chars)
+
+    def sampling(self, *, evaluation: bool, seed: int) -> SamplingParams:
+        rollout = self.config.rollout
+        return SamplingParams(
+            temperature=rollout.eval_temperature if evaluation else rollout.temperature,
+            top_p=1.0 if evaluation else rollout.top_p,
+            max_tokens=rollout.max_tokens,
+            seed=seed,
+        )
+
+    def run_episodes(
+        self,
+        engine: InferenceEngine,
+        tasks: list[Task],
+        out_path: Path,
+        *,
+        phase: int,
+        evaluation: bool,
+        seed: int,
+        prompt_builder: Any = None,
+        progress: bool = True,
+    ) -> tuple[list[Trajectory], dict[str, float]]:
+        """Run `tasks` not yet in `out_path`, appending each trajectory there; returns all of them, in task order."""
+        done = {t.task.task_id: t for t in read_trajectories(out_path)} if out_path.exists() else {}
+        pending = [task for task in tasks if task.task_id not in done]
+        metrics: dict[str, float] = {}
+        if pending:
+            collect = self._collect(engine, pending, out_path, phase, evaluation, seed, prompt_builder, progress)
+            result = asyncio.run(collect)
+            metrics = result.metrics
+            done.update({t.task.task_id: t for t in result.trajectories})
+        return [done[task.task_id] for task in tasks if task.task_id in done], metrics
+
+    async def _collect(
+        self,
+        engine: InferenceEngine,
+        tasks: list[Task],
+        out_path: Path,
+        phase: int,
+        evaluation: bool,
+        seed: int,
+        prompt_builder: Any,
+        progress: bool,
+    ) -> RolloutResult:
+        async with BrowserPool(self.browser_config()) as pool:
+            return await collect_rollouts(
+                engine,
+                tasks,
+                self.backend,
+                pool,
+                concurrency=self.config.rollout.concurrency,
+                sampling=self.sampling(evaluation=evaluation, seed=seed),
+                prompt_builder=prompt_builder,
+                writer=out_path,
+                limits=self.limits(),
+                observation=self.observation_config(),
+                phase=phase,
+                progress=progress,
+            )
+
+    def start_observation(self, task: Task) -> str:
+        """The simplified HTML of `task`'s start page (for the curriculum's critic filter)."""
+        return asyncio.run(self._start_observation(task))
+
+    async def _start_observation(self, task: Task) -> str:
+        async with BrowserPool(self.browser_config()) as pool, pool.episode(task, self.backend) as episode:
+            observation = await episode.reset()
+            return observation.html
