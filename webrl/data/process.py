@@ -80,33 +80,18 @@ def label_with_orm(
             trajectory.orm_score, trajectory.orm_reward, trajectory.outcome = 0.0, 0.0, 0.0
 
 
-def orm_scorer(path: str | Path, *, batch_size: int = 4) -> tuple[OrmScorer, Any]:
-    """P(YES) scorer of an ORM checkpoint directory, and its tokenizer (for the prompt's form)."""
-    import torch
+def orm_scorer(
+    path: str | Path, *, batch_size: int = 4, answer_words: tuple[str, str] = ("YES", "NO")
+) -> tuple[OrmScorer, Any]:
+    """P(YES) scorer of an ORM checkpoint directory (`OutcomeRewardModule`), and its tokenizer."""
+    from webrl.modules.orm import OutcomeRewardModule
 
-    from webrl.modules.lm import load_model_and_tokenizer, pad_batch, position_ids_from_mask
+    orm = OutcomeRewardModule(path, answer_words=answer_words)
 
-    model, tokenizer = load_model_and_tokenizer(path)
-    model.eval()
-    answer_ids = []
-    for word in ("YES", "NO"):
-        ids = tokenizer(word, add_special_tokens=False)["input_ids"]
-        if len(ids) != 1:
-            raise ValueError(f"ORM tokenizer at {path} splits {word!r} into {len(ids)} tokens; it must be one token")
-        answer_ids.append(ids[0])
-
-    @torch.no_grad()
     def score(prompts: list[str]) -> list[float]:
-        out: list[float] = []
-        for start in range(0, len(prompts), batch_size):
-            rows = [tokenizer(p)["input_ids"] for p in prompts[start : start + batch_size]]
-            ids, mask = pad_batch(rows, tokenizer.pad_token_id, "left")  # (B, T)
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
-            pair = logits[:, -1, answer_ids].float()  # (B, 2): YES, NO at the answer position
-            out.extend(torch.softmax(pair, dim=-1)[:, 0].tolist())
-        return out
+        return orm.score_prompts(prompts, batch_size=batch_size).tolist()
 
-    return score, tokenizer
+    return score, orm.tokenizer
 
 
 def stage1(args: argparse.Namespace) -> list[Trajectory]:
@@ -114,7 +99,7 @@ def stage1(args: argparse.Namespace) -> list[Trajectory]:
     if args.reward_source == "evaluator":
         label_with_evaluator(trajectories)
     else:
-        score, tokenizer = orm_scorer(args.orm, batch_size=args.batch_size)
+        score, tokenizer = orm_scorer(args.orm, batch_size=args.batch_size, answer_words=tuple(args.orm_answers))
         chat = tokenizer if uses_chat_template(tokenizer) else None
         label_with_orm(trajectories, score, chat_template_tokenizer=chat)
     write_trajectories(args.output, trajectories)
@@ -182,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="stage-1 output .jsonl; stage 2 writes <stem>_filter.jsonl")
     p.add_argument("--reward-source", choices=("orm", "evaluator"), default="orm", help="stage-1 label source")
     p.add_argument("--orm", help="ORM checkpoint directory (stage 1 with --reward-source orm)")
+    p.add_argument("--orm-answers", nargs=2, default=["YES", "NO"], help="the ORM's single-token answer words")
     p.add_argument("--actor", help="current actor directory (stage 2)")
     p.add_argument("--experience", nargs="*", help="earlier phases' stage-1 outputs or trace dirs (stage 2)")
     p.add_argument("--gamma", type=float, default=0.9, help="discount of mc_return")
