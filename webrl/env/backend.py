@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from webrl.data.trajectory import Task
 from webrl.env.evaluators import EvalResult, Judge, evaluate_task
-from webrl.env.tasks import normalise_url_map
+from webrl.env.tasks import normalise_url_map, substitute
 
 # WebArena starts multi-tab tasks with several URLs joined by this; webrl opens the first.
 _AND = " |AND| "
@@ -72,9 +72,13 @@ class WebArenaBackend:
         self.url_map = normalise_url_map(url_map)
         self.judge = judge
 
+    def start_url(self, task: Task) -> str:
+        """The first start URL, with any placeholder still in it resolved from `url_map`."""
+        return substitute(first_start_url(task), self.url_map)
+
     def allowed_origins(self, task: Task) -> list[str]:
         """The start page's origin plus the origin of every site the task names."""
-        origins = {origin_of(first_start_url(task))}
+        origins = {origin_of(self.start_url(task))}
         for site in task.sites:
             url = self.url_map.get(f"__{site.upper()}__")
             if url:
@@ -85,7 +89,7 @@ class WebArenaBackend:
         return None
 
     async def start(self, page: Any, task: Task) -> None:
-        await page.goto(first_start_url(task), wait_until="domcontentloaded")
+        await page.goto(self.start_url(task), wait_until="domcontentloaded")
 
     async def episode_done(self, page: Any, task: Task) -> bool:
         return False

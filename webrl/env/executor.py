@@ -93,6 +93,10 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
         response = await (page.go_back if back else page.go_forward)(timeout=timeout_ms, wait_until="domcontentloaded")
         if response is None and page.url == before:
             return f"there is no {'earlier' if back else 'later'} page in this tab's history"
+        if back and page.url == "about:blank":
+            # A new tab's first history entry is about:blank; the agent must not strand itself there.
+            await page.go_forward(timeout=timeout_ms, wait_until="domcontentloaded")
+            return "there is no earlier page in this tab's history"
         return None
     locator, error = await _element(page, action)
     if error:

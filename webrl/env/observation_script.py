@@ -55,7 +55,7 @@ OBSERVE_JS = r"""
 
   document.querySelectorAll("[data-webrl-id]").forEach((el) => el.removeAttribute("data-webrl-id"));
 
-  const clip = (s) => (s.length > textLimit ? s.slice(0, textLimit) + "…" : s);
+  const clip = (s) => (s.length > textLimit ? s.slice(0, textLimit).trimEnd() + "…" : s);
   const cleanText = (s) => clip(s.replace(/\s+/g, " ").trim());
   const escText = (s) => s.replace(/</g, "&lt;").replace(/>/g, "&gt;");
   const escAttr = (s) => s.replace(/"/g, "&quot;").replace(/</g, "&lt;");

@@ -1,0 +1,91 @@
+"""Finding Chromium: explicit path, WEBRL_CHROMIUM, system, Playwright's cache, and the error otherwise."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from webrl.env import chromium, setup_browser
+from webrl.env.chromium import ChromiumNotFoundError, find_chromium
+
+
+def _fake_binary(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\necho 'Chromium 1.2.3'\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture
+def no_system_browser(monkeypatch, tmp_path):
+    """A machine with no Chromium anywhere: empty PATH, no /usr/bin candidates, empty Playwright cache."""
+    monkeypatch.delenv(chromium.ENV_VAR, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setattr(chromium, "SYSTEM_PATHS", ())
+    monkeypatch.setenv("PLAYWRIGHT_BROWSERS_PATH", str(tmp_path / "ms-playwright"))
+    return tmp_path
+
+
+def test_explicit_path_and_environment_variable(monkeypatch, tmp_path):
+    binary = _fake_binary(tmp_path / "my-chrome")
+    assert find_chromium(binary) == str(binary)
+    with pytest.raises(ChromiumNotFoundError, match="executable_path '/nope/chrome' is not an executable file"):
+        find_chromium("/nope/chrome")
+    monkeypatch.setenv(chromium.ENV_VAR, str(binary))
+    assert find_chromium() == str(binary)
+    monkeypatch.setenv(chromium.ENV_VAR, "/nope/chrome")
+    with pytest.raises(ChromiumNotFoundError, match="WEBRL_CHROMIUM='/nope/chrome' is not an executable file"):
+        find_chromium()
+
+
+def test_system_chromium_on_path(no_system_browser, monkeypatch):
+    binary = _fake_binary(no_system_browser / "bin" / "chromium-browser")
+    monkeypatch.setenv("PATH", str(binary.parent))
+    assert find_chromium() == str(binary)
+
+
+def test_playwright_managed_browser_newest_first(no_system_browser):
+    cache = no_system_browser / "ms-playwright"
+    _fake_binary(cache / "chromium-1100" / "chrome-linux" / "chrome")
+    newest = _fake_binary(cache / "chromium-1200" / "chrome-linux" / "chrome")
+    assert find_chromium() == str(newest)
+
+
+def test_no_browser_says_what_to_run(no_system_browser, capsys):
+    with pytest.raises(ChromiumNotFoundError, match="python -m webrl.env.setup_browser"):
+        find_chromium()
+    assert setup_browser.main(["--check"]) == 1
+    assert "apt-get install -y chromium" in capsys.readouterr().err
+
+
+def test_setup_browser_prints_the_command_when_not_root(no_system_browser, monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert setup_browser.main([]) == 1
+    assert "sudo apt-get update && sudo apt-get install -y chromium" in capsys.readouterr().err
+
+
+def test_setup_browser_installs_with_apt_as_root(no_system_browser, monkeypatch, capsys):
+    """apt-get is replaced by a test double (a real install is not for a test): it records and 'installs'."""
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(setup_browser.shutil, "which", lambda name: "/usr/bin/apt-get" if name == "apt-get" else None)
+    installed = no_system_browser / "chromium"
+    commands = []
+
+    def apt_double(command, check, env):
+        commands.append(command)
+        if command[:2] == ["apt-get", "install"]:
+            _fake_binary(installed)
+            monkeypatch.setattr(chromium, "SYSTEM_PATHS", (str(installed),))
+
+    monkeypatch.setattr(setup_browser.subprocess, "run", apt_double)
+    assert setup_browser.ensure_chromium() == str(installed)
+    assert commands == [list(c) for c in setup_browser.APT_COMMANDS]
+
+
+def test_setup_browser_is_a_fast_no_op_when_a_browser_exists(monkeypatch, tmp_path, capsys):
+    binary = _fake_binary(tmp_path / "chromium")
+    monkeypatch.setenv(chromium.ENV_VAR, str(binary))
+    assert setup_browser.main([]) == 0
+    assert capsys.readouterr().out.strip() == f"Chromium ready: {binary} Chromium 1.2.3"

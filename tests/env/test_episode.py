@@ -1,0 +1,189 @@
+"""Episodes on real local pages: every action type, step errors, episode limits, the host allowlist."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import element_id, page_task
+
+from webrl.data.trajectory import Task
+from webrl.env.backend import WebArenaBackend
+from webrl.env.episode import EpisodeLimits
+
+pytestmark = pytest.mark.timeout(120)
+
+FAST = EpisodeLimits(action_timeout_s=5.0, wait_action_s=0.05)
+
+
+async def _log(episode) -> str:
+    return await episode.page.evaluate("() => document.getElementById('log').textContent")
+
+
+def test_every_action_type(run, pool, backend):
+    async def scenario():
+        async with pool.episode(page_task("actions.html"), backend, FAST) as ep:
+            obs = await ep.reset()
+            q, go, notes = element_id(obs.html, 'name="q"'), element_id(obs.html, "Go"), element_id(obs.html, "notes")
+            sort, hover = element_id(obs.html, 'name="sort"'), element_id(obs.html, "Hover target")
+            fake, link = element_id(obs.html, "Styled link"), element_id(obs.html, "Next page")
+
+            r = await ep.step(f'# Element: the search box\ndo(action="Type", argument="lamp", element="{q}")')
+            assert r.error is None and not r.done
+            typed = f'<input id="{q}" type="text" name="q" placeholder="Search products" value="lamp" />'
+            assert typed in r.observation.html
+            await ep.step(f'do(action="Click", element="{go}")')
+            assert await _log(ep) == "clicked go with lamp"
+            r = await ep.step(f'do(action="Type", argument="new notes", element="{notes}")')
+            assert 'value="new notes"' in r.observation.html and "old notes" not in r.observation.html
+            await ep.step(f'do(action="Search", argument="desk", element="{q}")')
+            assert await _log(ep) == "searched desk"
+            r = await ep.step(f'do(action="Select Dropdown Option", argument="Name", element="{sort}")')
+            assert "<option selected>Name</option>" in r.observation.html
+            assert await _log(ep) == "sorted by name"
+            await ep.step(f'do(action="Hover", element="{hover}")')
+            assert await _log(ep) == "hovered"
+            await ep.step(f'do(action="Click", element="{fake}")')
+            assert await _log(ep) == "fake link clicked"
+            await ep.step(f'do(action="Type", argument="chair", element="{q}")')
+            await ep.step('do(action="Press Enter")')
+            assert await _log(ep) == "searched chair"
+            await ep.step('do(action="Scroll Down")')
+            assert await ep.page.evaluate("() => window.scrollY") > 0
+            await ep.step('do(action="Scroll Up")')
+            assert await ep.page.evaluate("() => window.scrollY") == 0
+            r = await ep.step(f'do(action="Click", element="{link}")')
+            assert r.observation.url.endswith("/page2.html") and "Order #42 is shipped." in r.observation.html
+            r = await ep.step('do(action="Go Backward")')
+            assert r.error is None and r.observation.url.endswith("/actions.html")
+            r = await ep.step('do(action="go forward")')
+            assert r.error is None and r.observation.url.endswith("/page2.html")
+            r = await ep.step('do(action="Wait")')
+            assert r.error is None and r.status == "running"
+            r = await ep.step('exit(message="Order #42 is shipped")')
+            assert r.done and r.status == "exit"
+            return ep.trajectory
+
+    traj = run(scenario())
+    assert traj.status == "exit" and traj.answer == "Order #42 is shipped"
+    names = [s.action["name"] for s in traj.steps]
+    assert names == [
+        "type", "click", "type", "search", "select", "hover", "click", "type", "press_enter",
+        "scroll_down", "scroll_up", "click", "go_backward", "go_forward", "wait", "exit",
+    ]  # fmt: skip
+    # Each step records the page *before* its action.
+    assert 'value="lamp"' not in traj.steps[0].observation and 'value="lamp"' in traj.steps[1].observation
+    assert traj.steps[11].url.endswith("/actions.html") and traj.steps[12].url.endswith("/page2.html")
+    assert set(traj.steps[0].timings) == {"act", "observe"}
+    assert traj.final_url.endswith("/page2.html") and "Order #42" in traj.final_observation
+
+
+def test_failed_actions_and_parse_errors_are_step_errors(run, pool, backend):
+    async def scenario():
+        limits = EpisodeLimits(action_timeout_s=0.5, wait_action_s=0.05)
+        async with pool.episode(page_task("actions.html"), backend, limits) as ep:
+            obs = await ep.reset()
+            sort, go = element_id(obs.html, 'name="sort"'), element_id(obs.html, "Go")
+            results = [
+                await ep.step("I think I should click the Go button."),
+                await ep.step('do(action="Click", element="999")'),
+                await ep.step(f'do(action="Select Dropdown Option", argument="Colour", element="{sort}")'),
+                await ep.step(f'do(action="Type", argument="x", element="{go}")'),
+                await ep.step('do(action="Go Backward")'),
+            ]
+            return results, ep.trajectory
+
+    results, traj = run(scenario())
+    assert results[0].action is None and results[0].error.startswith("invalid action: no do(...) or exit(...)")
+    assert "element 999 is not in the page" in results[1].error
+    assert "no option 'Colour'" in results[2].error and "'Price', 'Name'" in results[2].error
+    assert results[3].error.startswith("type failed:")
+    assert results[4].error == "there is no earlier page in this tab's history"
+    assert all(not r.done and r.status == "running" for r in results)
+    assert traj.steps[0].action is None and traj.steps[0].error == results[0].error
+    assert traj.steps[1].action["element"] == "999"
+
+
+def _run_steps(run, pool, backend, limits: EpisodeLimits, responses: list[str]):
+    async def scenario():
+        async with pool.episode(page_task("actions.html"), backend, limits) as ep:
+            await ep.reset()
+            statuses = []
+            for response in responses:
+                if ep.done:
+                    break
+                statuses.append((await ep.step(response)).status)
+            return statuses, ep.trajectory
+
+    return run(scenario())
+
+
+def test_max_steps(run, pool, backend):
+    limits = EpisodeLimits(max_steps=3, wait_action_s=0.05)
+    moves = ['do(action="Scroll Down")', 'do(action="Scroll Up")'] * 3
+    statuses, traj = _run_steps(run, pool, backend, limits, moves)
+    assert statuses == ["running", "running", "max_steps"]
+    assert traj.status == "max_steps" and len(traj.steps) == 3
+
+
+def test_five_identical_actions_end_the_episode(run, pool, backend):
+    repeated = ['# Element: down\ndo(action="Scroll Down")'] + ['do(action="Scroll Down")'] * 9
+    statuses, traj = _run_steps(run, pool, backend, EpisodeLimits(), repeated)
+    assert statuses == ["running"] * 4 + ["repeated_action"]
+    assert traj.error == "the same action 5 times in a row"
+
+
+def test_five_consecutive_parse_failures_end_the_episode(run, pool, backend):
+    broken = ["click the button"] * 4 + ['do(action="Scroll Down")'] + ["do(action="] * 6
+    statuses, traj = _run_steps(run, pool, backend, EpisodeLimits(), broken)
+    assert statuses == ["running"] * 9 + ["parse_failures"]
+    assert traj.status == "parse_failures" and len(traj.steps) == 10
+
+
+def test_episode_timeout(run, pool, backend):
+    limits = EpisodeLimits(episode_timeout_s=0.2, wait_action_s=0.3)
+    statuses, traj = _run_steps(run, pool, backend, limits, ['do(action="Wait")'] * 3)
+    assert statuses == ["timeout"]
+    assert traj.error == "episode exceeded 0.2s"
+
+
+def test_step_after_the_end_is_a_programming_error(run, pool, backend):
+    async def scenario():
+        async with pool.episode(page_task("actions.html"), backend) as ep:
+            await ep.reset()
+            await ep.step('exit(message="")')
+            with pytest.raises(RuntimeError, match="already ended"):
+                await ep.step('do(action="Scroll Down")')
+
+    run(scenario())
+
+
+def _fetch_other(run, pool, task: Task, backend: WebArenaBackend):
+    async def scenario():
+        async with pool.episode(task, backend) as ep:
+            await ep.reset()
+            await ep.page.wait_for_function("() => document.getElementById('result').textContent !== 'pending'")
+            result = await ep.step('do(action="Wait")')
+            return result.observation.html, ep.trajectory.metadata
+
+    return run(scenario())
+
+
+def test_requests_outside_the_task_hosts_are_blocked_and_counted(run, pool, pages, other_origin):
+    task = page_task(f"fetch_other.html?other={other_origin.url}")
+    html, metadata = _fetch_other(run, pool, task, WebArenaBackend({"__PAGES__": pages.url}))
+    assert "fetch failed" in html
+    assert metadata["blocked_requests"] == 1
+    assert metadata["blocked_urls"] == [f"{other_origin.url}/page2.html"]
+
+    # The same page reaches the other origin when the task names it as one of its sites.
+    both = Task(task_id="t2", intent="test", sites=["pages", "other"], start_url=task.start_url)
+    both_backend = WebArenaBackend({"__PAGES__": pages.url, "__OTHER__": other_origin.url})
+    html, metadata = _fetch_other(run, pool, both, both_backend)
+    assert "fetch loaded" in html
+    assert metadata["blocked_requests"] == 0
+
+
+def test_limits_are_validated():
+    with pytest.raises(ValueError, match="EpisodeLimits.max_steps"):
+        EpisodeLimits(max_steps=0)
+    with pytest.raises(ValueError, match="EpisodeLimits.action_timeout_s"):
+        EpisodeLimits(action_timeout_s=0)

@@ -1,0 +1,147 @@
+"""WebArena evaluators on known right and wrong answers; program_html on a real page."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from conftest import page_task
+
+from webrl.env.evaluators import EvaluationError, clean_answer, evaluate_task, string_match, url_match
+from webrl.env.tasks import load_tasks
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def score(references, answer, judge=None):
+    return asyncio.run(string_match(references, answer, "intent", judge))
+
+
+def test_clean_answer_strips_one_pair_of_quotes_and_lowercases():
+    assert clean_answer('  "Hello World" ') == "hello world"
+    assert clean_answer("'x'") == "x"
+    assert clean_answer("\"it's\"'") == "\"it's\"'"
+
+
+def test_exact_match():
+    assert score({"exact_match": "Pittsburgh"}, '"pittsburgh"') == (1.0, False)
+    assert score({"exact_match": "Pittsburgh"}, "Pittsburgh, PA") == (0.0, False)
+
+
+def test_must_include_with_or_alternatives_and_single_character_tokens():
+    refs = {"must_include": ["$12", "lamp |OR| lamps"]}
+    assert score(refs, "You spent $12 on 2 Lamps") == (1.0, False)
+    assert score(refs, "You spent $12 on a desk") == (0.0, False)
+    # A one-character reference must match a whole word token: "3" is not in "13".
+    assert score({"must_include": ["3"]}, "I bought 13 items") == (0.0, False)
+    assert score({"must_include": ["3"]}, "I bought 3 items / 2 boxes") == (1.0, False)
+
+
+def test_must_exclude_and_one_of():
+    assert score({"must_include": ["paid"], "must_exclude": ["refunded"]}, "Order paid") == (1.0, False)
+    assert score({"must_include": ["paid"], "must_exclude": ["refunded"]}, "Paid then refunded") == (0.0, False)
+    assert score({"one_of": ["red", "crimson"]}, "It is crimson") == (1.0, False)
+    assert score({"one_of": ["red", "crimson"]}, "It is blue") == (0.0, False)
+
+
+def test_empty_or_missing_answer_fails():
+    assert score({"must_exclude": ["anything"]}, "") == (0.0, False)
+    assert score({"exact_match": ""}, None) == (0.0, False)
+
+
+def test_fuzzy_match_needs_a_judge_and_uses_it():
+    refs = {"fuzzy_match": ["the store opens at 9am"]}
+    assert score(refs, "9 in the morning") == (0.0, True)
+    calls = []
+
+    async def judge(intent, answer, reference):
+        calls.append((intent, answer, reference))
+        return "morning" in answer
+
+    assert score(refs, "9 in the morning", judge) == (1.0, False)
+    assert score(refs, "at noon", judge) == (0.0, False)
+    assert calls[0] == ("intent", "9 in the morning", "the store opens at 9am")
+    assert score({"fuzzy_match": "N/A"}, "N/A") == (1.0, False)
+    assert score({"fuzzy_match": "N/A"}, "it is 5") == (0.0, False)
+
+
+def test_url_match_exact_gold_in_pred_alternatives_and_normalisation():
+    ref = "http://127.0.0.1:7770/orders |OR| http://127.0.0.1:7770/history"
+    assert url_match(ref, "http://localhost:7770/history/") == 1.0
+    assert url_match(ref, "http://127.0.0.1:7770/history?page=2") == 0.0
+    assert url_match(ref, "http://127.0.0.1:7770/history?page=2", "GOLD in PRED") == 1.0
+    assert url_match(ref, "http://127.0.0.1:7770/cart", "GOLD in PRED") == 0.0
+
+
+def _evaluate(run, pool, backend, pages, eval_block, answer, navigate_to="page2.html"):
+    (task,) = load_tasks([page_task(navigate_to, eval_block=eval_block).to_dict()], {"__PAGES__": pages.url})
+
+    async def scenario():
+        async with pool.episode(task, backend) as ep:
+            await ep.reset()
+            return await evaluate_task(ep.task, ep.page, answer)
+
+    return run(scenario())
+
+
+def test_program_html_locator_whole_page_and_navigation(run, pool, backend, pages):
+    def block(required, url="last", locator="document.querySelector('#status').textContent"):
+        return {"eval_types": ["program_html"], "program_html": [{"url": url, "locator": locator, **required}]}
+
+    right = block({"required_contents": {"exact_match": "Shipped"}})
+    assert _evaluate(run, pool, backend, pages, right, None).score == 1.0
+    wrong = block({"required_contents": {"must_include": ["cancelled"]}})
+    assert _evaluate(run, pool, backend, pages, wrong, None).score == 0.0
+    whole_page = block({"required_contents": {"must_include": ["Order #42"], "must_exclude": ["refund"]}}, locator="")
+    assert _evaluate(run, pool, backend, pages, whole_page, None).score == 1.0
+    # Navigates to the target url first: the episode sits on actions.html, the check reads page2.html.
+    elsewhere = block({"required_contents": {"must_include": ["shipped"]}}, url="__PAGES__/page2.html")
+    assert _evaluate(run, pool, backend, pages, elsewhere, None, navigate_to="actions.html").score == 1.0
+    broken_locator = block({"required_contents": {"must_include": ["shipped"]}}, locator="document.nope.textContent")
+    assert _evaluate(run, pool, backend, pages, broken_locator, None).score == 0.0
+
+
+def test_types_combine_by_product(run, pool, backend, pages):
+    block = {
+        "eval_types": ["string_match", "url_match"],
+        "reference_answers": {"must_include": ["shipped"]},
+        "reference_url": "__PAGES__/page2.html",
+    }
+    result = _evaluate(run, pool, backend, pages, block, "It was shipped")
+    assert (result.score, result.per_type) == (1.0, {"url_match": 1.0, "string_match": 1.0})
+    result = _evaluate(run, pool, backend, pages, block, "It was shipped", navigate_to="actions.html")
+    assert (result.score, result.per_type) == (0.0, {"url_match": 0.0, "string_match": 1.0})
+    result = _evaluate(run, pool, backend, pages, block, "It was lost")
+    assert (result.score, result.per_type) == (0.0, {"url_match": 1.0, "string_match": 0.0})
+
+
+def test_episode_evaluate_records_reward_and_detail(run, pool, backend, pages):
+    block = {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["shipped"]}}
+    (task,) = load_tasks([page_task("page2.html", eval_block=block).to_dict()], {"__PAGES__": pages.url})
+
+    async def scenario():
+        async with pool.episode(task, backend) as ep:
+            await ep.reset()
+            await ep.step('exit(message="shipped")')
+            return await ep.evaluate(), ep.trajectory
+
+    reward, trajectory = run(scenario())
+    # No judge configured: the evaluator does not guess, the ORM will decide.
+    assert reward is None and trajectory.eval_reward is None
+    assert trajectory.metadata["eval"] == {"per_type": {"string_match": 0.0}, "needs_judge": True}
+
+
+def test_unsupported_helpers_are_named(run, pool, backend, pages):
+    block = {
+        "eval_types": ["program_html"],
+        "program_html": [
+            {
+                "url": "func:reddit_get_post_url('__last_url__')",
+                "locator": "",
+                "required_contents": {"must_include": ["x"]},
+            }
+        ],
+    }
+    expected = "task t1: program_html url .func:reddit_get_post_url.* needs WebArena helper functions"
+    with pytest.raises(EvaluationError, match=expected):
+        _evaluate(run, pool, backend, pages, block, None)
