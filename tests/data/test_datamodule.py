@@ -171,3 +171,28 @@ def test_datamodule_yields_padded_batches_under_two_process_ddp(ddp_records, tin
                     rows += 1
         indices.append(set(record["loaders"]["actor"]["indices"]))
     assert indices[0] | indices[1] == set(range(len(samples)))
+
+
+def test_batches_feed_the_critic_and_actor_modules_under_a_trainer(tiny_model_dir, tiny_tokenizer, tmp_path):
+    import lightning as L
+
+    from webrl.modules.actor import ActorModule
+    from webrl.modules.critic import CriticModule
+
+    critic = CriticModule(tiny_model_dir, lr=1e-3)
+    actor = ActorModule(tiny_model_dir, critic=critic, lr=1e-3)
+    trajectories = build_trajectories()
+    dm = ReplayDataModule(tiny_tokenizer, current=trajectories, batch_size=4, max_length=512, target="critic")
+    trainer = L.Trainer(
+        max_steps=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, default_root_dir=tmp_path
+    )
+    before = [p.detach().clone() for p in critic.heads.parameters()]
+    trainer.fit(critic, datamodule=dm)
+    assert trainer.global_step == 2
+    assert any(not torch.equal(a, b) for a, b in zip(before, critic.heads.parameters(), strict=True))
+    dm.setup()
+    batch = next(iter(dm.actor_dataloader()))
+    loss, metrics = actor.compute_loss(batch)
+    loss.backward()
+    assert torch.isfinite(loss) and "actor/loss" in metrics
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in actor.model.parameters())
