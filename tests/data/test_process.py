@@ -115,3 +115,27 @@ def test_module_entry_point_runs(tmp_path):
     )
     assert result.returncode == 2
     assert "--stage 2 needs --actor PATH" in result.stderr
+
+
+def test_stage2_on_two_processes_matches_one(tmp_path, tiny_model_dir, make_trajectory):
+    rollouts = tmp_path / "rollouts.jsonl"
+    write_trajectories(rollouts, [make_trajectory(f"c{i}", num_steps=2, outcome=None, eval_reward=1.0) for i in (0, 1)])
+    experience = tmp_path / "phase0.jsonl"
+    write_trajectories(experience, [make_trajectory(f"h{i}", num_steps=i + 1, outcome=1.0) for i in range(4)])
+    common = ["process", "--stage", "1", "2", "--rollouts", str(rollouts), "--reward-source", "evaluator"]
+    common += ["--actor", str(tiny_model_dir), "--experience", str(experience), "--low", "0", "--high", "1"]
+    assert main([*common, "--output", str(tmp_path / "one.jsonl")]) == 0
+    result = subprocess.run(
+        [sys.executable, "-m", "webrl.data", *common, "--output", str(tmp_path / "two.jsonl"), "--devices", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    one = read_samples(tmp_path / "one_filter.jsonl")
+    two = read_samples(tmp_path / "two_filter.jsonl")
+    assert len(one) == 4 + 8  # 4 current steps + 10 replayed steps capped at 2 x 4
+    assert [(s.trajectory_id, s.step_index) for s in two] == [(s.trajectory_id, s.step_index) for s in one]
+    replayed_one, replayed_two = ([s.score for s in run if s.score is not None] for run in (one, two))
+    assert len(replayed_one) == 8
+    assert replayed_two == pytest.approx(replayed_one, rel=1e-5)

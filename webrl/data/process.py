@@ -14,7 +14,8 @@ Stage 1 sets every trajectory's `outcome`: with `--reward-source orm` from the O
 (also stored as `orm_score` / `orm_reward`), with `--reward-source evaluator` from the evaluator
 score >= 0.5. Stage 2 writes a flat, seeded-shuffled JSONL of step samples: the replayed steps the
 filter kept plus every step of the current phase (successes and failures), which is what the
-critic and the actor train on. `--devices N` scores the experience on N processes (DDP).
+critic and the actor train on. `--devices N` scores stage 2's experience on N processes (DDP);
+stage 1 then runs on rank 0 only.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def stage1(args: argparse.Namespace) -> list[Trajectory]:
     return trajectories
 
 
-def stage2(args: argparse.Namespace) -> None:
+def stage2(args: argparse.Namespace, fabric: Any = None) -> None:
     output = Path(args.output)
     if not output.is_file():
         raise FileNotFoundError(
@@ -120,7 +121,6 @@ def stage2(args: argparse.Namespace) -> None:
         )
     current = read_trajectories(output)
     experience = [t for path in args.experience or [] for t in load_rollouts(path)]
-    fabric = _fabric(args.devices)
     from webrl.modules.lm import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(args.actor)
@@ -149,6 +149,7 @@ def stage2(args: argparse.Namespace) -> None:
 
 
 def _fabric(devices: int) -> Any:
+    """A launched DDP Fabric for `devices` > 1 processes (each re-runs this command), else None."""
     if devices <= 1:
         return None
     from lightning.fabric import Fabric
@@ -156,6 +157,15 @@ def _fabric(devices: int) -> Any:
     fabric = Fabric(accelerator="auto", devices=devices, strategy="ddp")
     fabric.launch()
     return fabric
+
+
+def _report(stage: Callable[..., Any], *args: Any) -> str | None:
+    """Run a stage; bad input (missing path, malformed file) becomes a one-line message."""
+    try:
+        stage(*args)
+    except (FileNotFoundError, ValueError) as err:
+        return str(err)
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,12 +202,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--reward-source orm needs --orm PATH (or use --reward-source evaluator)")
     if 2 in args.stage and args.actor is None:
         parser.error("--stage 2 needs --actor PATH (the current actor, which scores the replayed actions)")
-    try:
-        if 1 in args.stage:
-            stage1(args)
-        if 2 in args.stage:
-            stage2(args)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    fabric = _fabric(args.devices)
+    error = None
+    if 1 in args.stage and (fabric is None or fabric.global_rank == 0):
+        error = _report(stage1, args)
+    if fabric is not None:
+        # Every rank learns whether rank 0's stage 1 failed, so none waits forever for the others.
+        error = fabric.broadcast(error)
+    if error is None and 2 in args.stage:
+        error = _report(stage2, args, fabric)
+    if error is not None:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
