@@ -54,6 +54,8 @@ def main(out_dir: Path, tokenizer_dir: Path) -> None:
         return score_by_length(prompts, actions)
 
     scores = score_samples(samples, recording_scorer, batch_size=2, fabric=fabric)
+    # Without a Fabric the initialised torch.distributed group is used directly.
+    scores_dist = score_samples(samples, score_by_length, batch_size=4)
     kept = filter_by_perplexity(
         trajectories, score_by_length, current_steps=2, config=ReplayFilterConfig(low=0.0, high=1.0), fabric=fabric
     )
@@ -70,6 +72,7 @@ def main(out_dir: Path, tokenizer_dir: Path) -> None:
     record = {
         "rank": fabric.global_rank,
         "scores": scores,
+        "scores_dist": scores_dist,
         "scored_here": len(scored_here),
         "kept": [(s.trajectory_id, s.step_index, s.score) for s in kept],
         "loaders": seen,

@@ -138,6 +138,7 @@ def test_sharded_scoring_gathers_every_score_in_order(ddp_records):
     expected = score_by_length([s.prompt for s in samples], [s.action for s in samples])
     for record in ddp_records:
         assert record["scores"] == pytest.approx(expected)
+        assert record["scores_dist"] == pytest.approx(expected)
     assert sorted(r["scored_here"] for r in ddp_records) == [6, 7]  # 13 steps split over 2 ranks
     assert ddp_records[0]["kept"] == ddp_records[1]["kept"]
     assert len(ddp_records[0]["kept"]) == 4  # successes' steps (first per task), capped at 2 x 2

@@ -212,11 +212,14 @@ def _gather_interleaved(local: list[float], total: int, world: int, fabric: Any)
     padded = torch.full((width,), float("nan"), dtype=torch.float64)
     padded[: len(local)] = torch.tensor(local, dtype=torch.float64)
     if fabric is not None:
-        gathered = fabric.all_gather(padded).reshape(world, width)  # (W, L)
+        gathered = fabric.all_gather(padded.to(fabric.device)).reshape(world, width).cpu()  # (W, L)
     else:
-        parts = [torch.empty_like(padded) for _ in range(world)]
-        dist.all_gather(parts, padded)
-        gathered = torch.stack(parts)  # (W, L)
+        # NCCL only moves GPU tensors; gloo takes CPU ones.
+        on_gpu = dist.get_backend() == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+        parts = [torch.empty_like(padded, device=device) for _ in range(world)]
+        dist.all_gather(parts, padded.to(device))
+        gathered = torch.stack(parts).cpu()  # (W, L)
     # Sample j was scored by rank j % W at position j // W.
     return [float(gathered[j % world, j // world]) for j in range(total)]
 
