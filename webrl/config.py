@@ -103,21 +103,18 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def describe(schema: type, prefix: str = "") -> str:
-    """One line per key: `dotted.key (type) = default  -- docstring`."""
+def describe(schema: Any, prefix: str = "") -> str:
+    """One line per key: `dotted.key = default  -- docstring`; `schema` is a dataclass type or instance."""
+    instance = schema if not isinstance(schema, type) else schema()
+    docs = _field_docs(type(instance))
     lines = []
-    docs = _field_docs(schema)
-    for field in dataclasses.fields(schema):
+    for field in dataclasses.fields(instance):
         key = f"{prefix}{field.name}"
-        factory = field.default_factory
-        if factory is not dataclasses.MISSING and dataclasses.is_dataclass(factory):
-            lines.append(describe(factory, prefix=f"{key}."))
-            continue
-        if field.default is not dataclasses.MISSING:
-            default = field.default
+        value = getattr(instance, field.name)
+        if dataclasses.is_dataclass(value):
+            lines.append(describe(value, prefix=f"{key}."))
         else:
-            default = factory() if factory is not dataclasses.MISSING else "???"
-        lines.append(f"{key} = {default!r}  -- {docs.get(field.name, '')}")
+            lines.append(f"{key} = {value!r}  -- {docs.get(field.name, '')}")
     return "\n".join(lines)
 
 

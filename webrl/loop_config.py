@@ -96,6 +96,28 @@ class RewardConfig:
 
 
 @dataclass
+class SFTConfig:
+    """Supervised fine-tuning on the reference solver's demonstrations (the starting actor)."""
+
+    train: StageSettings = field(
+        default_factory=lambda: StageSettings(lr=2e-3, epochs=6.0, batch_size=16, warmup_ratio=0.05, schedule="cosine")
+    )
+    demo_concurrency: int = 8
+    """Browser episodes at once while the reference solver writes demonstrations."""
+
+
+@dataclass
+class ORMConfig:
+    """The outcome reward model, trained on the SFT actor's evaluator-labelled rollouts."""
+
+    train: StageSettings = field(
+        default_factory=lambda: StageSettings(lr=1e-3, epochs=4.0, batch_size=8, warmup_ratio=0.05, schedule="cosine")
+    )
+    rollout_tasks: int = 256
+    """Train-split tasks the SFT actor is rolled out on (temperature 1) to make ORM data."""
+
+
+@dataclass
 class ActorConfig:
     """The actor update."""
 
@@ -144,6 +166,8 @@ class WebRLConfig:
     curriculum_enabled: bool = True
     """Generate new tasks from failures (False = the 'without curriculum' ablation: reuse phase-0 tasks)."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    orm: ORMConfig = field(default_factory=ORMConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -170,6 +194,8 @@ class WebRLConfig:
             raise ValueError(f"env.suite={self.env.suite!r} needs env.url_map (placeholder -> base URL)")
         if self.env.max_steps < 1:
             raise ValueError(f"env.max_steps must be >= 1, got {self.env.max_steps}")
+        self.sft.train.validate("sft.train")
+        self.orm.train.validate("orm.train")
         self.actor.train.validate("actor.train")
         self.critic.train.validate("critic.train")
         self.fabric.validate()

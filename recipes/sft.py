@@ -1,0 +1,36 @@
+"""SFT baseline: demonstrations from the reference solver, then behaviour cloning; evaluated on the test split.
+
+    python -m recipes.sft                                    # embedded default (tiny model, CPU)
+    python -m recipes.sft --config recipes/configs/webrl_smollm2.yaml
+
+The checkpoint is cached under model.cache_dir and reused by `python -m recipes.webrl`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from recipes.evaluate import evaluate_checkpoint
+from recipes.webrl import DEFAULT_CONFIG
+from webrl.config import ConfigError, load_config
+from webrl.distributed import build_fabric
+from webrl.loop_config import WebRLConfig
+from webrl.supervised import ensure_sft
+from webrl.web_environment import WebEnvironment
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    try:
+        config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
+    except (ConfigError, ValueError) as err:
+        raise SystemExit(f"config error: {err}") from None
+    fabric = build_fabric(config.fabric)
+    fabric.launch()
+    with WebEnvironment(config) as env:
+        sft, demos = ensure_sft(config, fabric, env)
+        print(f"SFT checkpoint: {sft} ({len(demos)} demonstrations)")
+        return evaluate_checkpoint(config, env, sft, name="sft")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

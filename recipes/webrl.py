@@ -1,0 +1,74 @@
+"""WebRL end to end: SFT (cached), ORM (cached), then curriculum phases of rollouts and training.
+
+Embedded default (tiny model, embedded sites, CPU; the first run also builds the SFT and ORM
+checkpoints and caches them under .cache/webrl):
+
+    python -m recipes.webrl
+
+Other configs and overrides (YAML then key=value; `--help` lists every key):
+
+    python -m recipes.webrl --config recipes/configs/webrl_smollm2.yaml phases=2 rollout.concurrency=4
+    python -m recipes.webrl fabric.strategy=ddp fabric.devices=2            # 2 processes (gloo on CPU)
+    python -m recipes.webrl --config recipes/configs/webrl_llama8b_webarena.yaml   # GPUs, WebArena-Lite
+
+Rerunning the same command resumes from `output_dir` after a crash or a kill.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from webrl.config import ConfigError, config_to_dict, load_config
+from webrl.distributed import build_fabric
+from webrl.inference.engine import build_engine
+from webrl.loop import PhaseLoop
+from webrl.loop_config import WebRLConfig
+from webrl.report import format_phase_table
+from webrl.run_state import write_json_atomic
+from webrl.supervised import ensure_orm, ensure_sft
+from webrl.tracking import build_loggers
+from webrl.web_environment import WebEnvironment
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+DEFAULT_CONFIG = CONFIG_DIR / "webrl_tiny.yaml"
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    try:
+        config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
+    except (ConfigError, ValueError) as err:
+        raise SystemExit(f"config error: {err}") from None
+    run_dir = Path(config.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "config.json", config_to_dict(config))
+    loggers = build_loggers(
+        run_dir, config.tracking.wandb_project, config.tracking.wandb_mode, config_to_dict(config), run_dir.name
+    )
+    fabric = build_fabric(config.fabric, loggers=loggers)
+    fabric.launch()
+    with WebEnvironment(config) as env:
+        sft, demos = ensure_sft(config, fabric, env)
+        engine = build_engine(config.rollout.engine, sft, **engine_options(config))
+        orm = ensure_orm(config, fabric, env, engine, sft, demos) if config.reward.source == "orm" else None
+        loop = PhaseLoop(config, fabric, env, engine, sft_dir=sft, orm_dir=orm, demonstrations=demos)
+        history = loop.run()
+        engine.close()
+    if fabric.is_global_zero:
+        print(format_phase_table(history))
+    for logger in loggers:
+        logger.finalize("success")
+    return history
+
+
+def engine_options(config: WebRLConfig) -> dict:
+    """Constructor options of the configured engine."""
+    if config.rollout.engine == "hf":
+        return {"batch_size": config.rollout.concurrency}
+    if config.rollout.engine == "openai":
+        return {"base_url": config.rollout.openai_url}
+    return {}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,47 @@
+"""Plain-text tables of a run's results, for the terminal and the README."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _pct(value: Any) -> str:
+    return f"{100 * value:.1f}" if isinstance(value, (int, float)) else "-"
+
+
+def format_phase_table(history: list[dict[str, Any]]) -> str:
+    """One row per phase: held-out success (overall and per site), train success, ORM agreement, tasks, time."""
+    if not history:
+        return "(no finished phase)"
+    sites = sorted(
+        {key.split("/", 2)[2] for record in history for key in record if key.startswith("test/success_rate/")}
+    )
+    header = ["phase", "test %", *[f"{site} %" for site in sites], "train %", "ORM agree %", "tasks", "kept", "min"]
+    rows = [header]
+    for record in history:
+        rows.append(
+            [
+                str(record.get("phase")),
+                _pct(record.get("test/success_rate")),
+                *[_pct(record.get(f"test/success_rate/{site}")) for site in sites],
+                _pct(record.get("train/success_rate")),
+                _pct(record.get("orm/agreement")),
+                str(int(record.get("curriculum/tasks", 0))),
+                str(int(record.get("curriculum/kept", record.get("curriculum/tasks", 0)))),
+                f"{record.get('time/phase_s', 0.0) / 60:.1f}",
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def format_site_table(metrics: dict[str, float], title: str) -> str:
+    """Success per site of one evaluation (keys `success_rate` and `success_rate/<site>`)."""
+    lines = [title, f"{'site':<16}{'success %':>10}"]
+    for key, value in sorted(metrics.items()):
+        if key.startswith("success_rate/"):
+            lines.append(f"{key.split('/', 1)[1]:<16}{_pct(value):>10}")
+    lines.append(f"{'all':<16}{_pct(metrics.get('success_rate')):>10}  ({int(metrics.get('episodes', 0))} episodes)")
+    return "\n".join(lines)

@@ -1,0 +1,232 @@
+"""The supervised stages before RL: demonstrations, the starting model, SFT, and the ORM.
+
+WebRL starts from an SFT actor and needs an ORM to label rollouts (webrl-method.md §1.6, §2). The
+paper's SFT data and ORM data were never released; here the project makes both itself: the
+embedded sites' reference solver writes demonstrations, SFT trains on them, and the ORM trains on
+the SFT actor's rollouts labelled by the tasks' programmatic evaluators (plus the demonstrations as
+positives). Each product is cached under `model.cache_dir` by a key of everything it depends on,
+so the second run reuses it and a changed setting rebuilds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+from lightning.fabric import Fabric
+
+from webrl.data.datamodule import ReplayDataModule
+from webrl.data.prompts import build_orm_prompt, uses_chat_template
+from webrl.data.trajectory import Trajectory, TrajectoryWriter, read_trajectories
+from webrl.loop_config import WebRLConfig
+from webrl.modules.orm import OutcomeRewardModule
+from webrl.modules.sft import SFTModule
+from webrl.run_state import write_json_atomic
+from webrl.training import train_module
+from webrl.web_environment import WebEnvironment
+
+DONE_MARKER = "webrl_done.json"
+
+
+def cache_key(*parts: Any) -> str:
+    """A short stable hash of JSON-able parts (dataclasses included)."""
+    plain = [dataclasses.asdict(p) if dataclasses.is_dataclass(p) else p for p in parts]
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def is_built(path: Path) -> bool:
+    return (path / DONE_MARKER).exists()
+
+
+def _publish(tmp: Path, target: Path, info: dict[str, Any]) -> Path:
+    """Mark `tmp` complete and move it to `target` in one rename, so a half-built dir is never used."""
+    write_json_atomic(tmp / DONE_MARKER, info)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target
+
+
+def collect_demonstrations(env: WebEnvironment, out_path: Path, concurrency: int) -> list[Trajectory]:
+    """Reference-solver trajectories on the whole train split (cached in `out_path`)."""
+    if out_path.exists():
+        return read_trajectories(out_path)
+    from webrl.env.sites.runner import run_policy
+    from webrl.env.sites.solver import ReferenceSolver
+
+    tasks = env.suite(env.config.env.train_split, 0, env.config.seed)
+    tmp = out_path.with_name(f".{out_path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    with TrajectoryWriter(tmp, fsync=False) as writer:
+        result = asyncio.run(
+            run_policy(tasks, ReferenceSolver, env.backend, concurrency=concurrency, limits=env.limits(), writer=writer)
+        )
+    if result.failures:
+        raise RuntimeError(f"the reference solver failed {len(result.failures)} tasks, e.g. {result.failures[0]}")
+    tmp.replace(out_path)
+    return result.trajectories
+
+
+def base_model_dir(config: WebRLConfig, demonstrations: list[Trajectory]) -> Path:
+    """The model SFT starts from: a tiny Llama built from config, SmolLM2-135M, or a given directory."""
+    model = config.model
+    if model.base == "smollm2":
+        from webrl.modules.model_factory import convert_smollm2
+
+        return convert_smollm2(Path(model.cache_dir) / "smollm2-135m-instruct")
+    if model.base != "tiny":
+        path = Path(model.base)
+        if not (path / "config.json").exists():
+            raise ValueError(f"model.base={model.base!r} is neither tiny, smollm2 nor a model directory")
+        return path
+    from webrl.modules.model_factory import build_tiny_model
+
+    shape = (model.tiny_vocab_size, model.tiny_hidden_size, model.tiny_layers, config.seed)
+    target = Path(model.cache_dir) / f"tiny-{cache_key(shape)}"
+    if is_built(target):
+        return target
+    corpus = [text for t in demonstrations for step in t.steps for text in (step.prompt, step.response)]
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    build_tiny_model(
+        tmp,
+        corpus,
+        vocab_size=model.tiny_vocab_size,
+        hidden_size=model.tiny_hidden_size,
+        num_layers=model.tiny_layers,
+        num_heads=max(1, model.tiny_hidden_size // 64),
+        seed=config.seed,
+    )
+    return _publish(tmp, target, {"shape": shape})
+
+
+def sft_dir(config: WebRLConfig, base: Path) -> Path:
+    key = cache_key(str(base), config.sft, config.model.max_length, config.env.suite, config.seed)
+    return Path(config.model.cache_dir) / f"sft-{key}"
+
+
+def train_sft(
+    config: WebRLConfig, fabric: Fabric, base: Path, trajectories: list[Trajectory], target: Path, name: str = "sft"
+) -> dict[str, float]:
+    """Behaviour cloning on every step of `trajectories` (demonstrations, or Filtered BC's kept rollouts)."""
+    settings = config.sft.train
+    module = SFTModule(base, lr=settings.lr)
+    data = ReplayDataModule(
+        module.tokenizer,
+        current=trajectories,
+        batch_size=settings.batch_size,
+        max_length=config.model.max_length,
+        seed=config.seed,
+    )
+    data.setup()
+    wrapped, optimizer = fabric.setup(module, module.configure_optimizers())
+    wrapped.mark_forward_method("compute_loss")
+    loader = fabric.setup_dataloaders(data.actor_dataloader())
+    metrics = train_module(fabric, wrapped, optimizer, loader, settings, name=name)
+    if fabric.is_global_zero:
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        module.save_pretrained(tmp)
+        _publish(tmp, target, {"base": str(base), "metrics": metrics})
+    fabric.barrier()
+    return metrics
+
+
+def orm_examples(trajectories: list[Trajectory], tokenizer: Any, seed: int) -> list[tuple[str, float]]:
+    """(ORM prompt, label) pairs, labels from the evaluators, classes balanced by subsampling the larger."""
+    chat = tokenizer if uses_chat_template(tokenizer) else None
+    labelled = [t for t in trajectories if t.eval_reward is not None and t.steps]
+    pairs = [
+        (
+            build_orm_prompt(
+                t.task.intent, [s.response for s in t.steps], t.steps[-1].observation, chat_template_tokenizer=chat
+            ),
+            1.0 if t.eval_reward >= 0.5 else 0.0,
+        )
+        for t in labelled
+    ]
+    positives = [p for p in pairs if p[1] == 1.0]
+    negatives = [p for p in pairs if p[1] == 0.0]
+    if not positives or not negatives:
+        raise ValueError(f"ORM data needs both classes: {len(positives)} successes, {len(negatives)} failures")
+    rng = random.Random(seed)
+    size = min(len(positives), len(negatives))
+    balanced = rng.sample(positives, size) + rng.sample(negatives, size)
+    rng.shuffle(balanced)
+    return balanced
+
+
+def train_orm(
+    config: WebRLConfig, fabric: Fabric, base: Path, trajectories: list[Trajectory], target: Path
+) -> dict[str, float]:
+    """SFT of the YES/NO verdict on evaluator-labelled trajectories; saves a model directory at `target`."""
+    from torch.utils.data import DataLoader
+
+    settings = config.orm.train
+    module = OutcomeRewardModule(base, lr=settings.lr, max_length=config.model.max_length)
+    examples = orm_examples(trajectories, module.tokenizer, config.seed)
+    loader = DataLoader(
+        examples,
+        batch_size=settings.batch_size,
+        shuffle=True,
+        collate_fn=lambda rows: OutcomeRewardModule.collate(module.tokenizer, rows, config.model.max_length),
+    )
+    wrapped, optimizer = fabric.setup(module, module.configure_optimizers())
+    wrapped.mark_forward_method("compute_loss")
+    metrics = train_module(fabric, wrapped, optimizer, fabric.setup_dataloaders(loader), settings, name="orm")
+    metrics["orm/examples"] = float(len(examples))
+    if fabric.is_global_zero:
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        module.model.save_pretrained(tmp)
+        module.tokenizer.save_pretrained(tmp)
+        _publish(tmp, target, {"base": str(base), "metrics": metrics})
+    fabric.barrier()
+    return metrics
+
+
+def ensure_sft(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tuple[Path, list[Trajectory]]:
+    """The cached SFT actor (built on first use) and the demonstrations it was trained on."""
+    cache = Path(config.model.cache_dir)
+    demos_path = cache / f"demos-{cache_key(config.env.suite, config.env.train_split, config.env.max_steps)}.jsonl"
+    if fabric.is_global_zero:
+        demos = collect_demonstrations(env, demos_path, config.sft.demo_concurrency)
+        base_model_dir(config, demos)
+    fabric.barrier()
+    demos = read_trajectories(demos_path)
+    base = base_model_dir(config, demos)
+    if config.model.actor:
+        return Path(config.model.actor), demos
+    target = sft_dir(config, base)
+    if not is_built(target):
+        fabric.print(f"[sft] training {target.name} on {sum(len(t.steps) for t in demos)} demonstration steps")
+        train_sft(config, fabric, base, demos, target)
+    return target, demos
+
+
+def ensure_orm(
+    config: WebRLConfig, fabric: Fabric, env: WebEnvironment, engine: Any, sft: Path, demos: list[Trajectory]
+) -> Path:
+    """The cached ORM (built on first use from the SFT actor's evaluator-labelled rollouts)."""
+    if config.model.orm:
+        return Path(config.model.orm)
+    key = cache_key(str(sft), config.orm, config.env, config.rollout.temperature, config.seed)
+    target = Path(config.model.cache_dir) / f"orm-{key}"
+    if is_built(target):
+        return target
+    rollouts_path = Path(config.model.cache_dir) / f"orm-rollouts-{key}.rank{fabric.global_rank}.jsonl"
+    tasks = env.suite(config.env.train_split, config.orm.rollout_tasks, config.seed + 1)
+    shard = tasks[fabric.global_rank :: fabric.world_size]
+    fabric.print(f"[orm] rolling out the SFT actor on {len(tasks)} train tasks for ORM data")
+    rollouts, _ = env.run_episodes(engine, shard, rollouts_path, phase=-1, evaluation=False, seed=config.seed)
+    from webrl.distributed import gather_objects
+
+    rollouts = gather_objects(fabric, rollouts)
+    fabric.print(f"[orm] training on {len(rollouts)} rollouts + {len(demos)} demonstrations")
+    train_orm(config, fabric, sft, rollouts + demos, target)
+    return target
