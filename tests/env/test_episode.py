@@ -7,7 +7,7 @@ from conftest import element_id, page_task
 
 from webrl.data.trajectory import Task
 from webrl.env.backend import WebArenaBackend
-from webrl.env.episode import EpisodeLimits
+from webrl.env.episode import EpisodeLimits, outside_origins
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -187,3 +187,12 @@ def test_limits_are_validated():
         EpisodeLimits(max_steps=0)
     with pytest.raises(ValueError, match="EpisodeLimits.action_timeout_s"):
         EpisodeLimits(action_timeout_s=0)
+
+
+def test_outside_origins_pattern():
+    pattern = outside_origins({"http://127.0.0.1:8000", "http://shop.local"})
+    for allowed in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/a?b=1", "http://shop.local/#x"):
+        assert not pattern.search(allowed), allowed
+    for blocked in ("http://127.0.0.1:80001/", "http://127.0.0.1:8001/x", "https://shop.local/", "http://evil.com/"):
+        assert pattern.search(blocked), blocked
+    assert outside_origins(set()).search("http://127.0.0.1:8000/")

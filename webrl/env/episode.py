@@ -11,6 +11,7 @@ and even a dead browser become step errors or an ended episode with its status a
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from playwright.async_api import Error as PlaywrightError
 
 from webrl.data.trajectory import Step, Task, Trajectory
 from webrl.env.actions import Action, ActionParseError, parse_action
-from webrl.env.backend import SiteBackend, origin_of
+from webrl.env.backend import SiteBackend
 from webrl.env.evaluators import EvalResult
 from webrl.env.executor import PageGoneError, execute_action
 from webrl.env.observation import Observation, ObservationConfig, observe
@@ -27,6 +28,16 @@ from webrl.env.observation import Observation, ObservationConfig, observe
 # Errors that mean "the browser side failed", as opposed to bugs in webrl or a backend.
 _BROWSER_ERRORS = (PlaywrightError, PageGoneError, asyncio.TimeoutError, OSError)
 _KEPT_BLOCKED_URLS = 20
+
+
+def outside_origins(origins: set[str] | list[str]) -> re.Pattern:
+    """A URL pattern matching every http(s)/ws URL whose origin is NOT one of `origins`.
+
+    Routing only these keeps allowed traffic off the Python side entirely: Playwright matches the
+    pattern in its driver, so a page's own scripts and styles load without a round trip per request.
+    """
+    allowed = "|".join(re.escape(origin) for origin in sorted(origins))
+    return re.compile(rf"^(?!(?:{allowed})(?:[/?#]|$))")
 
 
 @dataclass
@@ -102,21 +113,13 @@ class Episode:
         """The latest observation (the one the agent acts on next)."""
         return self._observation
 
-    async def _route(self, route: Any) -> None:
-        """Let requests to the task's origins through; block and count every other one."""
-        url = route.request.url
+    async def _block(self, route: Any) -> None:
+        """Abort and count a request outside the task's origins (only those reach this handler)."""
+        metadata = self.trajectory.metadata
+        metadata["blocked_requests"] += 1
+        if len(metadata.setdefault("blocked_urls", [])) < _KEPT_BLOCKED_URLS:
+            metadata["blocked_urls"].append(route.request.url[:200])
         try:
-            allowed = origin_of(url) in self._allowed
-        except ValueError:
-            allowed = False
-        try:
-            if allowed:
-                await route.continue_()
-                return
-            metadata = self.trajectory.metadata
-            metadata["blocked_requests"] += 1
-            if len(metadata.setdefault("blocked_urls", [])) < _KEPT_BLOCKED_URLS:
-                metadata["blocked_urls"].append(url[:200])
             await route.abort("blockedbyclient")
         except PlaywrightError:
             return  # the context closed under the request; nothing left to protect
@@ -144,7 +147,7 @@ class Episode:
             raise RuntimeError(f"episode for task {self.task.task_id} was already reset")
         self._started = time.monotonic()
         try:
-            await self.context.route("**/*", self._route)
+            await self.context.route(outside_origins(self._allowed), self._block)
             await self.backend.setup_context(self.context, self.task)
             self.page = await self.context.new_page()
             self.page.set_default_timeout(self.limits.action_timeout_s * 1000)

@@ -106,9 +106,12 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
     elif name == "hover":
         await locator.hover(timeout=timeout_ms)
     elif name in ("type", "search"):
-        # Clear then type key by key: widgets that listen to key events (autocomplete) see them.
-        await locator.fill("", timeout=timeout_ms)
-        await locator.press_sequentially(action.argument or "", timeout=timeout_ms)
+        # Replace the content in one go (typing key by key costs a round trip per character), then
+        # type the last character as a real keystroke so key-driven widgets (autocomplete) react.
+        text = action.argument or ""
+        await locator.fill(text[:-1], timeout=timeout_ms)
+        if text:
+            await locator.press_sequentially(text[-1], timeout=timeout_ms)
         if name == "search":
             await locator.press("Enter", timeout=timeout_ms)
     elif name == "select":

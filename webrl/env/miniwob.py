@@ -26,11 +26,16 @@ from webrl.env.tasks import substitute
 PLACEHOLDER = "__MINIWOB__"
 # MiniWoB's reward HUD, click visualiser and start cover are scaffolding for humans, not task content.
 _HIDE_CSS = "#reward-display, #click-canvas, #sync-task-cover { display: none !important; }"
+# One round trip: hide the scaffolding, seed, start the episode, and report readiness and utterance.
 _START_JS = """
-({seed, maxTimeMs}) => {
+({seed, maxTimeMs, css}) => {
+  const style = document.createElement("style");
+  style.textContent = css;
+  document.head.appendChild(style);
   if (seed !== null) Math.seedrandom(seed);
   core.EPISODE_MAX_TIME = maxTimeMs;
   core.startEpisodeReal();
+  return {ready: WOB_TASK_READY !== false, utterance: core.getUtterance()};
 }
 """
 _REWARD_JS = "() => ({done: WOB_DONE_GLOBAL, reward: WOB_REWARD_GLOBAL, raw: WOB_RAW_REWARD_GLOBAL})"
@@ -93,11 +98,13 @@ class MiniWoBBackend:
     async def start(self, page: Any, task: Task) -> None:
         """Load the page, start a seeded episode, and take its utterance as the task intent."""
         await page.goto(substitute(task.start_url, self.url_map), wait_until="load")
-        await page.add_style_tag(content=_HIDE_CSS)
-        seed = task.extra.get("seed")
-        await page.evaluate(_START_JS, {"seed": seed, "maxTimeMs": int(self.episode_max_time_s * 1000)})
-        await page.wait_for_function("() => WOB_TASK_READY !== false")
-        task.intent = await page.evaluate("() => core.getUtterance()")
+        options = {"seed": task.extra.get("seed"), "maxTimeMs": int(self.episode_max_time_s * 1000), "css": _HIDE_CSS}
+        state = await page.evaluate(_START_JS, options)
+        if not state["ready"]:
+            # A few tasks build their problem asynchronously and flag readiness when done.
+            await page.wait_for_function("() => WOB_TASK_READY !== false")
+            state["utterance"] = await page.evaluate("() => core.getUtterance()")
+        task.intent = state["utterance"]
 
     async def episode_done(self, page: Any, task: Task) -> bool:
         return bool(await page.evaluate("() => WOB_DONE_GLOBAL"))
