@@ -76,6 +76,18 @@ def test_every_action_type(run, pool, backend):
     assert traj.final_url.endswith("/page2.html") and "Order #42" in traj.final_observation
 
 
+def test_a_link_that_opens_a_tab_is_followed(run, pool, backend):
+    async def scenario():
+        async with pool.episode(page_task("actions.html"), backend, FAST) as ep:
+            obs = await ep.reset()
+            result = await ep.step(f'do(action="Click", element="{element_id(obs.html, "Open in new tab")}")')
+            return result, len(ep.context.pages)
+
+    result, tabs = run(scenario())
+    assert result.error is None and tabs == 2
+    assert result.observation.url.endswith("/page2.html") and "Order #42" in result.observation.html
+
+
 def test_failed_actions_and_parse_errors_are_step_errors(run, pool, backend):
     async def scenario():
         limits = EpisodeLimits(action_timeout_s=0.5, wait_action_s=0.05)
@@ -187,6 +199,21 @@ def test_limits_are_validated():
         EpisodeLimits(max_steps=0)
     with pytest.raises(ValueError, match="EpisodeLimits.action_timeout_s"):
         EpisodeLimits(action_timeout_s=0)
+
+
+def test_websockets_outside_the_task_hosts_are_refused(run, pool, pages, other_origin):
+    other = other_origin.url.replace("http", "ws", 1)
+    task = page_task(f"socket_other.html?other={other}")
+
+    async def scenario():
+        async with pool.episode(task, WebArenaBackend({"__PAGES__": pages.url})) as ep:
+            await ep.reset()
+            await ep.page.wait_for_function("() => document.getElementById('result').textContent !== 'pending'")
+            return (await ep.step('do(action="Wait")')).observation.html, ep.trajectory.metadata
+
+    html, metadata = run(scenario())
+    assert "socket closed 1008" in html
+    assert metadata["blocked_requests"] == 1 and metadata["blocked_urls"] == [f"{other}/chat"]
 
 
 def test_outside_origins_pattern():

@@ -97,6 +97,7 @@ class Episode:
         self.trajectory = Trajectory(task=self.task)
         self.trajectory.metadata["blocked_requests"] = 0
         self.page: Any = None
+        self._opened: list[Any] = []
         self._allowed = set(backend.allowed_origins(self.task))
         self._observation = Observation.empty()
         self._started = 0.0
@@ -113,16 +114,27 @@ class Episode:
         """The latest observation (the one the agent acts on next)."""
         return self._observation
 
-    async def _block(self, route: Any) -> None:
-        """Abort and count a request outside the task's origins (only those reach this handler)."""
+    def _count_blocked(self, url: str) -> None:
         metadata = self.trajectory.metadata
         metadata["blocked_requests"] += 1
         if len(metadata.setdefault("blocked_urls", [])) < _KEPT_BLOCKED_URLS:
-            metadata["blocked_urls"].append(route.request.url[:200])
+            metadata["blocked_urls"].append(url[:200])
+
+    async def _block(self, route: Any) -> None:
+        """Abort and count a request outside the task's origins (only those reach this handler)."""
+        self._count_blocked(route.request.url)
         try:
             await route.abort("blockedbyclient")
         except PlaywrightError:
             return  # the context closed under the request; nothing left to protect
+
+    async def _block_socket(self, socket: Any) -> None:
+        """Refuse a WebSocket to an outside origin: it is never connected to its server."""
+        self._count_blocked(socket.url)
+        try:
+            await socket.close(code=1008, reason="blocked: outside the task's sites")
+        except PlaywrightError:
+            return
 
     def _end(self, status: str, error: str | None = None) -> None:
         self.trajectory.status = status
@@ -148,20 +160,34 @@ class Episode:
         self._started = time.monotonic()
         try:
             await self.context.route(outside_origins(self._allowed), self._block)
+            sockets = {o.replace("http", "ws", 1) for o in self._allowed if o.startswith("http")}
+            await self.context.route_web_socket(outside_origins(sockets), self._block_socket)
             await self.backend.setup_context(self.context, self.task)
             self.page = await self.context.new_page()
             self.page.set_default_timeout(self.limits.action_timeout_s * 1000)
+            self.context.on("page", self._on_new_tab)
             await asyncio.wait_for(self.backend.start(self.page, self.task), timeout=self.limits.action_timeout_s * 2)
             return await self._observe()
         except _BROWSER_ERRORS as err:
             self._end("error", f"reset failed: {_describe(err)}")
             return self._observation
 
+    def _on_new_tab(self, page: Any) -> None:
+        self._opened.append(page)
+
     async def _act(self, action: Action) -> str | None:
         try:
-            return await execute_action(self.page, action, self.limits.action_timeout_s, self.limits.wait_action_s)
+            error = await execute_action(self.page, action, self.limits.action_timeout_s, self.limits.wait_action_s)
         except asyncio.TimeoutError:
             return f"{action.name} timed out after {self.limits.action_timeout_s:g}s"
+        if self._opened:
+            # The action opened a tab (target=_blank, window.open): the agent has no tab actions,
+            # so it follows the newest tab, as a person would.
+            self.page = self._opened[-1]
+            self._opened.clear()
+            self.page.set_default_timeout(self.limits.action_timeout_s * 1000)
+            await self.page.wait_for_load_state("domcontentloaded")
+        return error
 
     async def step(self, response: str, prompt: str = "") -> StepResult:
         """Parse `response`, act, observe, record the step; return what the agent sees next."""

@@ -41,6 +41,7 @@ _FIND_OPTION_JS = """
 }
 """
 
+_OPENS_TAB_JS = "(el) => { const a = el.closest('a[href]'); return !!a && a.target === '_blank'; }"
 _OPTIONS_JS = "(el) => Array.from(el.options).map((o) => o.textContent.replace(/\\s+/g, ' ').trim())"
 
 
@@ -102,7 +103,12 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
     if error:
         return error
     if name == "click":
-        await locator.click(timeout=timeout_ms)
+        if await locator.evaluate(_OPENS_TAB_JS):
+            # Wait for the new tab to exist, so the episode can follow it before observing.
+            async with page.context.expect_page(timeout=timeout_ms):
+                await locator.click(timeout=timeout_ms)
+        else:
+            await locator.click(timeout=timeout_ms)
     elif name == "hover":
         await locator.hover(timeout=timeout_ms)
     elif name in ("type", "search"):
