@@ -8,19 +8,15 @@ isolated context from that pool. Pages under `pages/` are served over http on 12
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from env_helpers import PAGES
 
-from webrl.data.trajectory import Task
 from webrl.env.backend import WebArenaBackend
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.static_server import StaticServer
-
-PAGES = Path(__file__).parent / "pages"
 
 
 @pytest.fixture(scope="session")
@@ -55,16 +51,3 @@ def pool(run: Callable[[Any], Any]) -> Iterator[BrowserPool]:
 @pytest.fixture(scope="session")
 def backend(pages: StaticServer) -> WebArenaBackend:
     return WebArenaBackend({"__PAGES__": pages.url})
-
-
-def page_task(page: str, task_id: str = "t1", eval_block: dict | None = None, intent: str = "test") -> Task:
-    """A task starting at a test page, with the `__PAGES__` placeholder left for the backend's url_map."""
-    return Task(task_id=task_id, intent=intent, sites=["pages"], start_url=f"__PAGES__/{page}", eval=eval_block)
-
-
-def element_id(html: str, needle: str) -> str:
-    """Id of the first labelled element whose tag text contains `needle` (text or attribute)."""
-    for match in re.finditer(r'<(\w+) id="(\d+)"([^>]*)>(?:([^<]*))?', html):
-        if needle in match.group(0):
-            return match.group(2)
-    raise AssertionError(f"no labelled element with {needle!r} in:\n{html}")

@@ -7,7 +7,7 @@ import os
 import signal
 
 import pytest
-from conftest import element_id, page_task
+from env_helpers import element_id, page_task
 
 from webrl.env.browser import BrowserConfig, BrowserPool
 

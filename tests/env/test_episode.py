@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import element_id, page_task
+from env_helpers import element_id, page_task
 
 from webrl.data.trajectory import Task
 from webrl.env.backend import WebArenaBackend

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import page_task
+from env_helpers import page_task
 
 from webrl.env.evaluators import EvaluationError, clean_answer, evaluate_task, string_match, url_match
 from webrl.env.tasks import load_tasks
