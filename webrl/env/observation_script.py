@@ -17,6 +17,7 @@ Rendering rules (why each exists):
   with `viewportOnly`, outside the viewport) are dropped: the model cannot act on them.
 - `<select>` lists its options with their text, so "Select Dropdown Option" arguments are visible.
 - The walk stops once the output passes the character budget; Python cuts and marks the end.
+- Iframes, canvas, svg and shadow roots are not rendered: the actions could not reach into them.
 """
 
 OBSERVE_JS = r"""
