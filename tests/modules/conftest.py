@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lightning as L
 import pytest
 
 from webrl.modules.lm import build_tiny_model, load_model_and_tokenizer
@@ -34,3 +35,22 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny(tiny_dir: Path):
     """A fresh (model, tokenizer) pair per test, so optimiser steps in one test never leak into another."""
     return load_model_and_tokenizer(tiny_dir)
+
+
+def make_trainer(max_steps: int) -> L.Trainer:
+    """A quiet single-process CPU Trainer: no logger files, checkpoints or progress bars in tests."""
+    return L.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+
+
+@pytest.fixture
+def trainer_factory():
+    return make_trainer

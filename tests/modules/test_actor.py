@@ -1,0 +1,138 @@
+"""ActorModule: the direction of one update per loss form, the reference model, LoRA, Trainer.fit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from webrl.modules.actor import ActorModule
+from webrl.modules.critic import CriticModule
+from webrl.modules.lm import LoraSettings, action_logprobs, load_model_and_tokenizer
+from webrl.modules.losses import ActorLossConfig, AdvantageConfig
+
+PROMPT = 'Task Instruction: buy the red shirt\n\nRound 0\n\n<html><button id="2">Add to cart</button></html>'
+ACTION = 'do(action="Click", element="2")'
+
+
+def logprob(actor: ActorModule) -> torch.Tensor:
+    return action_logprobs(actor.model, actor.tokenizer, [PROMPT], [ACTION]).sum[0]
+
+
+def one_step(actor: ActorModule, advantage: float) -> None:
+    optimizer = actor.configure_optimizers()
+    loss, _ = actor.compute_loss(ActorModule.collate(actor.tokenizer, [(PROMPT, ACTION, advantage)]))
+    loss.backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize(
+    ("config", "advantage", "direction"),
+    [
+        (ActorLossConfig.paper(), 1.0, "up"),
+        (ActorLossConfig.paper(), -0.6, "down"),
+        (ActorLossConfig.release(), 1.0, "up"),
+        (ActorLossConfig.release(), -0.6, "same"),
+    ],
+    ids=["paper-positive", "paper-negative", "release-positive", "release-negative-masked"],
+)
+def test_one_step_moves_the_action_logprob(tiny, config, advantage, direction):
+    model, tokenizer = tiny
+    actor = ActorModule(model, tokenizer, loss=config, lr=1e-3)
+    before = logprob(actor)
+    one_step(actor, advantage)
+    after = logprob(actor)
+    if direction == "up":
+        assert after > before + 1e-3
+    elif direction == "down":
+        assert after < before - 1e-3
+    else:
+        assert torch.equal(after, before)  # masked: zero gradient, and AdamW without decay does not move
+
+
+def test_reference_stays_fixed_until_reset(tiny):
+    model, tokenizer = tiny
+    actor = ActorModule(model, tokenizer, lr=1e-3)
+    batch = ActorModule.collate(tokenizer, [(PROMPT, ACTION, 1.0)])
+    start = actor.reference_logprob_sum(batch)
+    one_step(actor, 1.0)
+    assert torch.equal(actor.reference_logprob_sum(batch), start)
+    assert not any(p.requires_grad for p in actor.reference.parameters())
+    assert all(p.requires_grad for p in actor.trainable_parameters())
+    assert len(actor.trainable_parameters()) == len(list(actor.model.parameters()))
+    actor.reset_reference()
+    assert torch.allclose(actor.reference_logprob_sum(batch), logprob(actor).unsqueeze(0), atol=1e-5)
+
+
+def test_lora_reference_is_the_base_model_with_adapters_disabled(tiny_dir):
+    actor = ActorModule(tiny_dir, lora=LoraSettings(r=4, alpha=8), lr=1e-2)
+    base, _ = load_model_and_tokenizer(tiny_dir)
+    assert actor.reference is None  # no second copy of the weights
+    one_step(actor, 1.0)
+    ids = ActorModule.collate(actor.tokenizer, [(PROMPT, ACTION, 1.0)])["input_ids"]
+    with torch.no_grad():
+        policy_logits = actor.model(input_ids=ids).logits
+        with actor.model.disable_adapter():
+            reference_logits = actor.model(input_ids=ids).logits
+        base_logits = base(input_ids=ids).logits
+    assert torch.equal(reference_logits, base_logits)
+    assert not torch.allclose(policy_logits, base_logits, atol=1e-4)  # the adapters did learn something
+    # A new phase: π_ref becomes the current policy, still without a copy.
+    actor.reset_reference()
+    with torch.no_grad(), actor.model.disable_adapter():
+        assert torch.allclose(actor.model(input_ids=ids).logits, policy_logits, atol=1e-5)
+    with torch.no_grad():
+        assert torch.allclose(actor.model(input_ids=ids).logits, policy_logits, atol=1e-5)
+
+
+def test_lora_export_matches_the_policy(tiny_dir, tmp_path):
+    actor = ActorModule(tiny_dir, lora=LoraSettings(r=4, alpha=8), lr=1e-2)
+    one_step(actor, 1.0)
+    exported, tokenizer = load_model_and_tokenizer(actor.save_pretrained(tmp_path / "export"))
+    expected = logprob(actor)
+    assert torch.allclose(action_logprobs(exported, tokenizer, [PROMPT], [ACTION]).sum[0], expected, atol=1e-4)
+
+
+def test_precomputed_reference_gives_the_same_loss(tiny):
+    model, tokenizer = tiny
+    actor = ActorModule(model, tokenizer, lr=1e-3)
+    batch = ActorModule.collate(tokenizer, [(PROMPT, ACTION, 0.5), ("Home", "exit()", -0.6)])
+    one_step(actor, 1.0)  # so that π ≠ π_ref and the reference really matters
+    computed, _ = actor.compute_loss(batch)
+    given, _ = actor.compute_loss({**batch, "ref_logprob_sum": actor.reference_logprob_sum(batch)})
+    assert torch.allclose(computed, given)
+
+
+def test_advantage_from_an_attached_critic(tiny_dir):
+    actor = ActorModule(tiny_dir, advantage=AdvantageConfig(form="release"))
+    critic = CriticModule(tiny_dir)
+    tokenizer = actor.tokenizer
+    batch = ActorModule.collate(tokenizer, [(PROMPT, ACTION, 0.0)])
+    del batch["advantage"]
+    states = CriticModule.collate(tokenizer, [(PROMPT, PROMPT + " next", 1.0)])
+    labels = {"reward": torch.tensor([0.0]), "mc_return": torch.tensor([0.0])}
+    batch = {**batch, **states, **labels}
+    with pytest.raises(ValueError, match="advantage"):
+        actor.compute_loss(batch)
+    actor.attach_critic(critic)
+    value, next_value = critic.values([PROMPT, PROMPT + " next"])
+    expected = 1.0 if next_value - value - 0.05 >= 0 else -0.6  # release form, failed step
+    _, metrics = actor.compute_loss(batch)
+    assert metrics["actor/advantage_mean"].item() == pytest.approx(expected)
+    assert "critic" not in dict(actor.named_children())  # held by reference: not trained or saved
+
+
+def test_trainer_fit_logs_the_actor_metrics(tiny, trainer_factory):
+    model, tokenizer = tiny
+    # A small lr: at 1e-3 the squared regression overshoots its target log-ratio and oscillates.
+    actor = ActorModule(model, tokenizer, lr=1e-4)
+    examples = [(PROMPT, ACTION, 1.0), ("Home", "exit()", 0.5)]
+    loader = DataLoader(examples, batch_size=2, collate_fn=lambda rows: ActorModule.collate(tokenizer, rows))
+    before = logprob(actor)
+    trainer = trainer_factory(max_steps=3)
+    trainer.fit(actor, loader)
+    assert trainer.global_step == 3
+    expected = {"actor/loss", "actor/logratio", "actor/beta", "actor/advantage_mean", "actor/masked_frac"}
+    assert expected <= set(trainer.callback_metrics)
+    assert logprob(actor) > before
+    assert not actor.reference.training

@@ -1,0 +1,74 @@
+"""CriticModule: head structure, padding-independent values, and training under Trainer.fit."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader
+
+from webrl.modules.critic import CriticModule, last_token_index
+from webrl.modules.losses import critic_loss
+
+STATES = [
+    'Task Instruction: buy the red shirt\n\nRound 0\n\n<html><button id="2">Add to cart</button></html>',
+    "Task Instruction: find the cheapest laptop",
+    "Home",
+]
+
+
+def test_last_token_index_for_both_padding_sides():
+    left = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 1]])
+    right = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
+    assert last_token_index(left).tolist() == [3, 3, 3]
+    assert last_token_index(right).tolist() == [1, 3, 0]
+
+
+def test_heads_follow_the_release_structure(tiny):
+    model, tokenizer = tiny
+    critic = CriticModule(model, tokenizer)
+    hidden = model.config.hidden_size
+    assert len(critic.heads) == 2
+    assert not hasattr(critic, "lm_head") and not any("lm_head" in name for name, _ in critic.named_parameters())
+    for head in critic.heads:
+        shapes = [tuple(m.weight.shape) for m in head if isinstance(m, torch.nn.Linear)]
+        assert shapes == [(hidden, hidden), (hidden, hidden), (2, hidden)]
+        for layer in (head[0], head[2]):
+            assert abs(layer.weight.std().item() - 0.2) < 0.01 and torch.count_nonzero(layer.bias) == 0
+
+
+def test_values_do_not_depend_on_padding_side_or_batch(tiny):
+    model, tokenizer = tiny
+    critic = CriticModule(model, tokenizer)
+    together = critic.values(STATES)
+    alone = torch.cat([critic.values([s]) for s in STATES])
+    assert torch.allclose(together, alone, atol=1e-5)
+    batch = CriticModule.collate(tokenizer, [(s, s, 1.0) for s in STATES], padding_side="right")
+    right = critic.state_values(batch["state_input_ids"], batch["state_attention_mask"])
+    assert torch.allclose(together, right, atol=1e-5)
+    assert bool(((together > 0) & (together < 1)).all())
+
+
+def test_compute_loss_is_the_double_critic_loss(tiny):
+    model, tokenizer = tiny
+    critic = CriticModule(model, tokenizer)
+    batch = CriticModule.collate(tokenizer, [(STATES[0], STATES[1], 1.0), (STATES[2], STATES[0], 0.0)])
+    loss, metrics = critic.compute_loss(batch)
+    expected, accuracy = critic_loss(
+        critic(batch["state_input_ids"], batch["state_attention_mask"]),
+        critic(batch["next_state_input_ids"], batch["next_state_attention_mask"]),
+        batch["outcome"],
+    )
+    assert torch.allclose(loss, expected) and torch.equal(metrics["critic/acc"], accuracy)
+    assert set(metrics) == {"critic/loss", "critic/acc", "critic/value_mean"}
+
+
+def test_trainer_fit_learns_to_separate_outcomes(tiny, trainer_factory):
+    model, tokenizer = tiny
+    critic = CriticModule(model, tokenizer, lr=1e-3)
+    examples = [(STATES[0], STATES[0] + " next", 1.0), (STATES[1], STATES[1] + " next", 0.0)]
+    loader = DataLoader(examples * 2, batch_size=2, collate_fn=lambda rows: CriticModule.collate(tokenizer, rows))
+    trainer = trainer_factory(max_steps=12)
+    trainer.fit(critic, loader)
+    assert trainer.global_step == 12
+    assert {"critic/loss", "critic/acc"} <= set(trainer.callback_metrics)
+    values = critic.values([STATES[0], STATES[1]])
+    assert values[0] > 0.5 > values[1]

@@ -1,0 +1,66 @@
+"""OutcomeRewardModule: P(YES) scoring, answer-token checks, and overfitting a labelled set."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from webrl.data.prompts import build_orm_prompt
+from webrl.modules.lm import encode_prompt
+from webrl.modules.orm import OutcomeRewardModule, single_token_id
+
+LABELLED = [
+    (build_orm_prompt("buy the red shirt", ['do(action="Click", element="2")'], "<p>Order placed</p>"), 1.0),
+    (build_orm_prompt("buy the red shirt", ['do(action="Click", element="1")'], "<p>Home</p>"), 0.0),
+    (build_orm_prompt("find the cheapest laptop", ['exit(message="399")'], "<li>laptop 399</li>"), 1.0),
+    (build_orm_prompt("find the cheapest laptop", ['exit(message="999")'], "<li>laptop 399</li>"), 0.0),
+    (build_orm_prompt("open the forum", ['do(action="Click", element="4")'], "<h1>Forum</h1>"), 1.0),
+    (build_orm_prompt("open the forum", ['do(action="Scroll Down")'], "<h1>Shop</h1>"), 0.0),
+]
+
+
+def test_answer_words_must_be_single_tokens(tiny):
+    _, tokenizer = tiny
+    assert single_token_id(tokenizer, "YES") == tokenizer.convert_tokens_to_ids("YES")
+    with pytest.raises(ValueError, match="'Maybe so'"):
+        single_token_id(tokenizer, "Maybe so")
+
+
+def test_score_is_yes_over_yes_plus_no_at_the_last_token(tiny):
+    model, tokenizer = tiny
+    orm = OutcomeRewardModule(model, tokenizer)
+    prompts = [prompt for prompt, _ in LABELLED[:3]]
+    scores = orm.score_prompts(prompts, batch_size=2)
+    for prompt, score in zip(prompts, scores, strict=True):
+        with torch.no_grad():
+            logits = model(torch.tensor([encode_prompt(tokenizer, prompt)])).logits[0, -1]  # (V,)
+        yes, no = logits[orm.yes_id], logits[orm.no_id]
+        assert score.item() == pytest.approx(torch.sigmoid(yes - no).item(), abs=1e-5)
+    batch = OutcomeRewardModule.collate(tokenizer, [(p, 0.0) for p in prompts], padding_side="right")
+    with torch.no_grad():
+        right = torch.softmax(orm(batch["input_ids"], batch["attention_mask"])[:, [orm.yes_id, orm.no_id]], -1)[:, 0]
+    assert torch.allclose(right, scores, atol=1e-5)
+
+
+def test_score_builds_the_prompt_from_parts(tiny):
+    model, tokenizer = tiny
+    orm = OutcomeRewardModule(model, tokenizer)
+    from_parts = orm.score(["buy the red shirt"], [['do(action="Click", element="2")']], ["<p>Order placed</p>"])
+    assert torch.allclose(from_parts, orm.score_prompts([LABELLED[0][0]]), atol=1e-6)
+
+
+def test_trainer_fit_overfits_a_labelled_set(tiny, trainer_factory):
+    model, tokenizer = tiny
+    orm = OutcomeRewardModule(model, tokenizer, lr=3e-3)
+    loader = DataLoader(
+        LABELLED, batch_size=len(LABELLED), collate_fn=lambda rows: OutcomeRewardModule.collate(tokenizer, rows)
+    )
+    trainer = trainer_factory(max_steps=40)
+    trainer.fit(orm, loader)
+    assert {"orm/loss", "orm/acc"} <= set(trainer.callback_metrics)
+    scores = orm.score_prompts([prompt for prompt, _ in LABELLED])
+    labels = torch.tensor([label for _, label in LABELLED])
+    assert torch.equal((scores >= 0.5).float(), labels)  # 100% accuracy on the training set
+    _, metrics = orm.compute_loss(OutcomeRewardModule.collate(tokenizer, LABELLED))
+    assert metrics["orm/acc"].item() == 1.0

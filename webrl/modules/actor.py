@@ -1,0 +1,170 @@
+"""ActorModule: the WebRL policy update, KL-regularised against the start-of-phase actor π_ref.
+
+The loss regresses β·log(π/π_ref) of each action onto its advantage (`webrl.modules.losses`,
+paper or release form by `ActorLossConfig`). π_ref is the actor as it was when the phase began:
+`reset_reference()` snapshots it. Without LoRA the snapshot is a frozen copy of the policy
+(registered, so it is checkpointed with the module and resumes mid-phase exactly). With LoRA no
+copy is made: the reference is the same network with its adapters disabled, and
+`reset_reference()` folds the adapters' current update into the frozen base weights and zeroes
+them, so "adapters off" is exactly the start-of-phase actor.
+
+Batch schema (`webrl.data.collate.ActorCollator`, or `ActorModule.collate` from (prompt, action,
+advantage) triples) — all (B, T) long unless noted:
+- `input_ids`, `attention_mask`, `action_mask`: prompt then action ids then EOS, under the
+  tokenisation convention of `webrl.modules.lm`; `action_mask` is 1 on the action and its EOS;
+- `advantage` (B,) float, optional: when absent, advantages come from the attached critic and
+  `state_input_ids`, `state_attention_mask`, `next_state_input_ids`, `next_state_attention_mask`
+  plus the step labels `outcome`, `done`, `step_index`, `num_steps` (paper form) or `reward`,
+  `mc_return` (release form);
+- `ref_logprob_sum` (B,) float, optional: Σ log π_ref over the action tokens, precomputed to skip
+  the reference forward.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from peft import PeftModel
+from peft.tuners.lora import LoraLayer
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from webrl.modules.base import WebRLModule
+from webrl.modules.critic import CriticModule
+from webrl.modules.lm import (
+    LoraSettings,
+    action_token_logprobs,
+    apply_lora,
+    collate_actions,
+    load_model_and_tokenizer,
+)
+from webrl.modules.losses import ActorLossConfig, AdvantageConfig, actor_loss, compute_advantage
+
+
+class ActorModule(WebRLModule):
+    """The policy π_θ with its reference π_ref; `compute_loss` is one KL-regularised actor update.
+
+    `model` is a local model directory or a loaded causal LM (then pass its `tokenizer`). `critic`
+    is held by reference, not as a submodule: the actor neither trains nor saves it, and the caller
+    places it on the device. It is only needed for batches without an `advantage`.
+    """
+
+    namespace = "actor"
+
+    def __init__(
+        self,
+        model: str | os.PathLike | PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        loss: ActorLossConfig | None = None,
+        advantage: AdvantageConfig | None = None,
+        lr: float = 1e-6,
+        weight_decay: float = 0.0,
+        lora: LoraSettings | None = None,
+        critic: CriticModule | None = None,
+    ) -> None:
+        super().__init__(lr=lr, weight_decay=weight_decay)
+        if isinstance(model, (str, os.PathLike)):
+            model, tokenizer = load_model_and_tokenizer(Path(model), lora=lora)
+        elif lora is not None:
+            model = apply_lora(model, lora)
+        if tokenizer is None:
+            raise ValueError("ActorModule needs the tokenizer that goes with a model object")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.loss_config = loss or ActorLossConfig()
+        self.advantage_config = advantage or AdvantageConfig()
+        self.reference: torch.nn.Module | None = None
+        self.attach_critic(critic)
+        self.reset_reference()
+        self.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
+
+    @property
+    def uses_lora(self) -> bool:
+        return isinstance(self.model, PeftModel)
+
+    def attach_critic(self, critic: CriticModule | None) -> None:
+        """Use `critic` for advantages of batches that carry none (bypasses submodule registration)."""
+        object.__setattr__(self, "critic", critic)
+
+    @torch.no_grad()
+    def reset_reference(self) -> None:
+        """Make π_ref the current policy: call at the start of each phase."""
+        if self.uses_lora:
+            for layer in self.model.modules():
+                if not isinstance(layer, LoraLayer):
+                    continue
+                for name in layer.active_adapters:
+                    if name in layer.lora_A:
+                        layer.get_base_layer().weight.data += layer.get_delta_weight(name)
+                        layer.lora_B[name].weight.zero_()
+            return
+        if self.reference is None:
+            self.reference = copy.deepcopy(self.model)
+            self.reference.requires_grad_(False)
+            self.reference.eval()
+            return
+        for ref_param, param in zip(self.reference.parameters(), self.model.parameters(), strict=True):
+            ref_param.copy_(param)
+
+    def train(self, mode: bool = True) -> ActorModule:
+        super().train(mode)
+        if self.reference is not None:
+            self.reference.eval()  # π_ref is a fixed function: never in training mode (dropout)
+        return self
+
+    def policy_logprobs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Differentiable per-token action log-probs under π_θ; (B, T)."""
+        return action_token_logprobs(self.model, batch["input_ids"], batch["attention_mask"], batch["action_mask"])
+
+    @torch.no_grad()
+    def reference_logprob_sum(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Σ log π_ref over each action's tokens; (B,)."""
+        args = (batch["input_ids"], batch["attention_mask"], batch["action_mask"])
+        if self.uses_lora:
+            with self.model.disable_adapter():
+                return action_token_logprobs(self.model, *args).sum(-1)
+        return action_token_logprobs(self.reference, *args).sum(-1)
+
+    def critic_advantage(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Advantage (B,) from the attached critic's V(s), V(s') and the step labels."""
+        if self.critic is None:
+            raise ValueError(
+                "actor batch has no 'advantage' and no critic is attached: "
+                "precompute advantages or pass critic= to ActorModule"
+            )
+        value = self.critic.state_values(batch["state_input_ids"], batch["state_attention_mask"])  # (B,)
+        next_value = self.critic.state_values(batch["next_state_input_ids"], batch["next_state_attention_mask"])
+        return compute_advantage(value, next_value, batch, self.advantage_config)
+
+    def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        token_logprobs = self.policy_logprobs(batch)  # (B, T)
+        logp_sum = token_logprobs.sum(-1)  # (B,)
+        count = batch["action_mask"].sum(-1)  # (B,)
+        ref_sum = batch["ref_logprob_sum"] if "ref_logprob_sum" in batch else self.reference_logprob_sum(batch)
+        advantage = batch["advantage"] if "advantage" in batch else self.critic_advantage(batch)
+        loss, stats = actor_loss(logp_sum, ref_sum, count, advantage.to(logp_sum.dtype), self.loss_config)
+        metrics = {"actor/loss": loss.detach(), **{f"actor/{name}": value for name, value in stats.items()}}
+        return loss, metrics
+
+    @staticmethod
+    def collate(
+        tokenizer: PreTrainedTokenizerBase,
+        examples: Sequence[tuple[str, str, float]],
+        max_length: int | None = None,
+        padding_side: str = "left",
+    ) -> dict[str, torch.Tensor]:
+        """An actor batch from (prompt, action, advantage) triples; see `webrl.modules.lm.collate_actions`."""
+        return collate_actions(tokenizer, examples, max_length, padding_side)
+
+    def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
+        """Write the current policy as a plain model directory (LoRA merged into a copy) for an engine to load."""
+        out = Path(out_dir)
+        model = self.model
+        if self.uses_lora:
+            model = copy.deepcopy(self.model).merge_and_unload()
+        model.save_pretrained(out)
+        self.tokenizer.save_pretrained(out)
+        return out

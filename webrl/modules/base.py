@@ -1,0 +1,62 @@
+"""The LightningModule contract shared by the actor, the critic and the ORM.
+
+Each subclass computes its loss in `compute_loss(batch) -> (loss, metrics)`; `training_step` and
+`validation_step` only call it and log. That keeps one loss path for both drivers: Lightning's
+`Trainer.fit` (through the steps) and webrl's Fabric phase loop (which calls `compute_loss`
+itself, after `fabric.setup`, marking it with `mark_forward_method` where a strategy wraps the
+module). Optimisers are a plain AdamW over the trainable parameters, as the release uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+
+
+class WebRLModule(L.LightningModule):
+    """Base for webrl's trainable modules: AdamW, namespaced metrics, loss in `compute_loss`.
+
+    Subclasses set `namespace` (the metric prefix, e.g. "actor") and implement `compute_loss`,
+    returning metrics already named `"{namespace}/{name}"`.
+    """
+
+    namespace = "module"
+
+    def __init__(self, lr: float, weight_decay: float = 0.0) -> None:
+        super().__init__()
+        if lr <= 0:
+            raise ValueError(f"{self.namespace}.lr must be > 0, got {lr}")
+        self.lr = lr
+        self.weight_decay = weight_decay
+
+    def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """Parameters the optimiser updates: frozen ones (a reference model, LoRA's base) are left out."""
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.trainable_parameters(), lr=self.lr, weight_decay=self.weight_decay)
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss, metrics = self.compute_loss(batch)
+        self.log_dict(metrics, batch_size=_batch_size(batch))
+        return loss
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss, metrics = self.compute_loss(batch)
+        prefix = f"{self.namespace}/"
+        renamed = {f"{prefix}val_{key.removeprefix(prefix)}": value for key, value in metrics.items()}
+        self.log_dict(renamed, batch_size=_batch_size(batch))
+        return loss
+
+
+def _batch_size(batch: dict[str, Any]) -> int:
+    """Rows in the batch, read from its first tensor (every webrl batch is a dict of (B, ...) tensors)."""
+    for value in batch.values():
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return int(value.shape[0])
+    raise ValueError(f"batch has no tensor to take its size from (keys: {sorted(batch)})")

@@ -1,0 +1,143 @@
+"""OutcomeRewardModule: WebRL's outcome-supervised reward model, a generative YES/NO verifier.
+
+The ORM reads a prompt holding the task intent, the agent's action history (one line per step)
+and the final page HTML, and answers YES (the task was accomplished) or NO [P App. B.3, C
+`build_rm_data`]. Its score is P(YES) from the next-token logits at the prompt's last position,
+normalised over the two answer tokens only: e^yes / (e^yes + e^no); reward 1 iff score ≥ 0.5.
+Training is plain SFT: next-token cross-entropy (whole vocabulary) of the answer token.
+
+The prompt text is built by `webrl.data.prompts.build_orm_prompt`; this module scores built
+prompt strings (`score_prompts`) and, when that builder is importable, raw parts (`score`).
+
+Both answer words must be single tokens of the tokenizer: the tiny tokenizer of
+`webrl.modules.model_factory` adds "YES"/"NO" to its vocabulary; for SmolLM2 use ("Yes", "No").
+
+Batch schema (`OutcomeRewardModule.collate` from (prompt, label) pairs):
+- `input_ids`, `attention_mask`: (B, T) long, the prompt (any padding side);
+- `label`: (B,) float, 1 = success (target YES), 0 = failure (target NO).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from webrl.modules.base import WebRLModule
+from webrl.modules.critic import last_token_index
+from webrl.modules.lm import encode_prompt, load_model_and_tokenizer, pad_batch, position_ids_from_mask
+from webrl.modules.losses import orm_loss, yes_probability
+
+SUCCESS_THRESHOLD = 0.5
+
+
+def single_token_id(tokenizer: PreTrainedTokenizerBase, word: str) -> int:
+    """The id of `word` as one token, or an error that names the word and its split."""
+    ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        pieces = tokenizer.convert_ids_to_tokens(ids)
+        raise ValueError(
+            f"ORM answer word {word!r} is {len(ids)} tokens {pieces} for {type(tokenizer).__name__}; "
+            "choose answer_words that are single tokens (e.g. ('Yes', 'No') for SmolLM2)"
+        )
+    return ids[0]
+
+
+class OutcomeRewardModule(WebRLModule):
+    """YES/NO verifier over a causal LM: `score_prompts` gives P(YES), `compute_loss` trains the answer token."""
+
+    namespace = "orm"
+
+    def __init__(
+        self,
+        model: str | os.PathLike | PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        lr: float = 5e-6,
+        weight_decay: float = 0.0,
+        answer_words: tuple[str, str] = ("YES", "NO"),
+        max_length: int | None = None,
+    ) -> None:
+        super().__init__(lr=lr, weight_decay=weight_decay)
+        if isinstance(model, (str, os.PathLike)):
+            model, tokenizer = load_model_and_tokenizer(Path(model))
+        if tokenizer is None:
+            raise ValueError("OutcomeRewardModule needs the tokenizer that goes with a model object")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.yes_id = single_token_id(tokenizer, answer_words[0])
+        self.no_id = single_token_id(tokenizer, answer_words[1])
+        self.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Next-token logits after each row's last real token; (B, T) → (B, V)."""
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+        ).logits  # (B, T, V)
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        return logits[rows, last_token_index(attention_mask)]  # (B, V)
+
+    def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        last_logits = self(batch["input_ids"], batch["attention_mask"])  # (B, V)
+        label = batch["label"]  # (B,)
+        loss = orm_loss(last_logits, label, self.yes_id, self.no_id)
+        score = yes_probability(last_logits.detach(), self.yes_id, self.no_id)  # (B,)
+        accuracy = ((score >= SUCCESS_THRESHOLD) == (label >= 0.5)).float().mean()
+        return loss, {"orm/loss": loss.detach(), "orm/acc": accuracy, "orm/score_mean": score.mean()}
+
+    def score_prompts(self, prompts: Sequence[str], batch_size: int = 8) -> torch.Tensor:
+        """P(YES) for built ORM prompts, batched and without gradients; returns (N,) on the CPU."""
+        device = next(self.model.parameters()).device
+        was_training = self.training
+        self.eval()
+        out = []
+        try:
+            with torch.no_grad():
+                for start in range(0, len(prompts), batch_size):
+                    rows = [
+                        encode_prompt(self.tokenizer, p, self.max_length) for p in prompts[start : start + batch_size]
+                    ]
+                    ids, mask = pad_batch(rows, self.tokenizer.pad_token_id)
+                    last_logits = self(ids.to(device), mask.to(device))
+                    out.append(yes_probability(last_logits, self.yes_id, self.no_id).cpu())
+        finally:
+            self.train(was_training)
+        return torch.cat(out) if out else torch.zeros(0)
+
+    def score(
+        self,
+        intents: Sequence[str],
+        histories: Sequence[Sequence[str]],
+        final_htmls: Sequence[str],
+        batch_size: int = 8,
+    ) -> torch.Tensor:
+        """P(YES) from raw parts, through `webrl.data.prompts.build_orm_prompt`; (N,)."""
+        from webrl.data.prompts import build_orm_prompt, uses_chat_template  # the data package owns the text
+
+        if not len(intents) == len(histories) == len(final_htmls):
+            raise ValueError(f"{len(intents)} intents, {len(histories)} histories, {len(final_htmls)} final pages")
+        chat = self.tokenizer if uses_chat_template(self.tokenizer) else None
+        prompts = [
+            build_orm_prompt(intent, list(history), html, chat_template_tokenizer=chat)
+            for intent, history, html in zip(intents, histories, final_htmls, strict=True)
+        ]
+        return self.score_prompts(prompts, batch_size)
+
+    @staticmethod
+    def collate(
+        tokenizer: PreTrainedTokenizerBase,
+        examples: Sequence[tuple[str, float]],
+        max_length: int | None = None,
+        padding_side: str = "left",
+    ) -> dict[str, torch.Tensor]:
+        """An ORM batch (see the module docstring) from (prompt, label) pairs."""
+        rows = [encode_prompt(tokenizer, prompt, max_length) for prompt, _ in examples]
+        input_ids, attention_mask = pad_batch(rows, tokenizer.pad_token_id, padding_side)
+        label = torch.tensor([float(y) for _, y in examples], dtype=torch.float32)  # (B,)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "label": label}
