@@ -18,6 +18,7 @@ from webrl.loop_config import WebRLConfig
 from webrl.metrics import success_by_site
 from webrl.report import format_site_table
 from webrl.run_state import write_json_atomic
+from webrl.tracking import setup_logging
 from webrl.web_environment import WebEnvironment
 
 
@@ -39,6 +40,7 @@ def evaluate_checkpoint(config: WebRLConfig, env: WebEnvironment, checkpoint: Pa
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
+    setup_logging()
     try:
         config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
     except (ConfigError, ValueError) as err:

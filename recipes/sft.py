@@ -16,10 +16,12 @@ from webrl.config import ConfigError, load_config
 from webrl.distributed import build_fabric
 from webrl.loop_config import WebRLConfig
 from webrl.supervised import ensure_sft
+from webrl.tracking import setup_logging
 from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
+    setup_logging()
     try:
         config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
     except (ConfigError, ValueError) as err:

@@ -27,7 +27,7 @@ from webrl.loop_config import WebRLConfig
 from webrl.report import format_phase_table
 from webrl.run_state import write_json_atomic
 from webrl.supervised import ensure_orm, ensure_sft
-from webrl.tracking import build_loggers
+from webrl.tracking import build_loggers, setup_logging
 from webrl.web_environment import WebEnvironment
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -35,6 +35,7 @@ DEFAULT_CONFIG = CONFIG_DIR / "webrl_tiny.yaml"
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
+    setup_logging()
     try:
         config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
     except (ConfigError, ValueError) as err:

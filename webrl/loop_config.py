@@ -104,6 +104,8 @@ class SFTConfig:
     )
     demo_concurrency: int = 8
     """Browser episodes at once while the reference solver writes demonstrations."""
+    demo_tasks: int = 0
+    """Train-split tasks to demonstrate (0 = all; a seeded sample otherwise, for quick runs and tests)."""
 
 
 @dataclass

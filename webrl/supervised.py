@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import logging
 import random
 import shutil
 from pathlib import Path
@@ -32,6 +33,8 @@ from webrl.training import train_module
 from webrl.web_environment import WebEnvironment
 
 DONE_MARKER = "webrl_done.json"
+
+log = logging.getLogger(__name__)
 
 
 def cache_key(*parts: Any) -> str:
@@ -52,24 +55,41 @@ def _publish(tmp: Path, target: Path, info: dict[str, Any]) -> Path:
     return target
 
 
-def collect_demonstrations(env: WebEnvironment, out_path: Path, concurrency: int) -> list[Trajectory]:
-    """Reference-solver trajectories on the whole train split (cached in `out_path`)."""
-    if out_path.exists():
-        return read_trajectories(out_path)
-    from webrl.env.sites.runner import run_policy
-    from webrl.env.sites.solver import ReferenceSolver
+def collect_demonstrations(env: WebEnvironment, out_path: Path, limit: int, concurrency: int) -> list[Trajectory]:
+    """Reference-solver trajectories on the train split (or a seeded sample of `limit` tasks); the successes.
 
-    tasks = env.suite(env.config.env.train_split, 0, env.config.seed)
-    tmp = out_path.with_name(f".{out_path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    with TrajectoryWriter(tmp, fsync=False) as writer:
-        result = asyncio.run(
-            run_policy(tasks, ReferenceSolver, env.backend, concurrency=concurrency, limits=env.limits(), writer=writer)
+    Every episode is appended to `out_path` as it ends, so an interrupted collection resumes where it
+    stopped; a `.done` marker beside the file says it is complete. Tasks the solver fails (there
+    should be none) are reported and left out, not allowed to become demonstrations.
+    """
+    done_marker = out_path.with_name(out_path.name + ".done")
+    if not done_marker.exists():
+        from webrl.env.sites.runner import run_policy
+        from webrl.env.sites.solver import ReferenceSolver
+
+        tasks = env.suite(env.config.env.train_split, limit, env.config.seed)
+        seen = {t.task.task_id for t in read_trajectories(out_path)} if out_path.exists() else set()
+        pending = [task for task in tasks if task.task_id not in seen]
+        with TrajectoryWriter(out_path, fsync=False) as writer:
+            asyncio.run(
+                run_policy(
+                    pending, ReferenceSolver, env.backend, concurrency=concurrency, limits=env.limits(), writer=writer
+                )
+            )
+        done_marker.touch()
+    trajectories = read_trajectories(out_path)
+    successes = [t for t in trajectories if (t.eval_reward or 0.0) >= 1.0]
+    if len(successes) < len(trajectories):
+        failed = sorted({t.task.task_id for t in trajectories} - {t.task.task_id for t in successes})
+        log.warning(
+            "the reference solver failed %d of %d tasks (%s); they are not demonstrations",
+            len(failed),
+            len(trajectories),
+            ", ".join(failed[:10]),
         )
-    if result.failures:
-        raise RuntimeError(f"the reference solver failed {len(result.failures)} tasks, e.g. {result.failures[0]}")
-    tmp.replace(out_path)
-    return result.trajectories
+    if not successes:
+        raise RuntimeError(f"{out_path}: no successful demonstration")
+    return successes
 
 
 def base_model_dir(config: WebRLConfig, demonstrations: list[Trajectory]) -> Path:
@@ -193,12 +213,16 @@ def train_orm(
 def ensure_sft(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tuple[Path, list[Trajectory]]:
     """The cached SFT actor (built on first use) and the demonstrations it was trained on."""
     cache = Path(config.model.cache_dir)
-    demos_path = cache / f"demos-{cache_key(config.env.suite, config.env.train_split, config.env.max_steps)}.jsonl"
+    demo_key = cache_key(
+        config.env.suite, config.env.train_split, config.env.max_steps, config.sft.demo_tasks, config.seed
+    )
+    demos_path = cache / f"demos-{demo_key}.jsonl"
     if fabric.is_global_zero:
-        demos = collect_demonstrations(env, demos_path, config.sft.demo_concurrency)
+        fabric.print(f"[sft] demonstrations: {demos_path} (the reference solver runs once, then it is cached)")
+        demos = collect_demonstrations(env, demos_path, config.sft.demo_tasks, config.sft.demo_concurrency)
         base_model_dir(config, demos)
     fabric.barrier()
-    demos = read_trajectories(demos_path)
+    demos = collect_demonstrations(env, demos_path, config.sft.demo_tasks, config.sft.demo_concurrency)
     base = base_model_dir(config, demos)
     if config.model.actor:
         return Path(config.model.actor), demos

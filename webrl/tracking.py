@@ -87,3 +87,10 @@ def log_trajectory_table(loggers: list[Any], phase: int, trajectories: list[Traj
         )
     for logger in wandb_loggers:
         logger.experiment.log({f"samples/phase_{phase:03d}": table})
+
+
+def setup_logging() -> None:
+    """Timestamped INFO logs on stderr for the recipes (the library itself only creates loggers)."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -107,7 +107,7 @@ def train_module(
                 tokens += int(batch["attention_mask"].sum())
             fabric.log_dict({**values, f"{name}/lr": optimizer.param_groups[0]["lr"]}, step=step_offset + batch_index)
             bar.update(1)
-            bar.set_postfix(loss=f"{values.get(f'{name}/loss', float(loss)):.4f}")
+            bar.set_postfix(loss=f"{values.get(f'{name}/loss', float(loss.detach())):.4f}")
             batch_index += 1
     bar.close()
     for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
