@@ -128,10 +128,16 @@ async def run_policy(
             writer.write(trajectory)
         return trajectory
 
-    trajectories = await asyncio.gather(*(one(task) for task in tasks))
+    # Wait for every episode even when one raises, so none is left running on a pool the caller closes.
+    outcomes = await asyncio.gather(*(one(task) for task in tasks), return_exceptions=True)
+    errors = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+    if errors:
+        raise errors[0]
+    trajectories = list(outcomes)
     failures = [
         f"task {t.task.task_id} (template {t.task.intent_template_id}): status {t.status}, reward {t.eval_reward}, "
-        f"{t.error or t.metadata.get('policy_error') or t.metadata.get('eval') or ''}"
+        f"{t.metadata.get('policy_error') or t.error or t.metadata.get('eval') or ''}"
+        + "".join(f"; step {s.index} error: {s.error}" for s in t.steps if s.error)
         for t in trajectories
         if (t.eval_reward or 0.0) < 1.0
     ]

@@ -27,7 +27,7 @@ def _categories(view: EpisodeView) -> list[str]:
 
 
 def _price(v: EpisodeView):
-    return [({"product": p["name"]}, include(f"{p['price']:.2f}")) for p in _products(v)]
+    return [({"product": p["name"]}, include(f"{p['price']:,.2f}")) for p in _products(v)]
 
 
 def _review_count(v: EpisodeView):
@@ -35,7 +35,7 @@ def _review_count(v: EpisodeView):
 
 
 def _order_total(v: EpisodeView):
-    return [({"order": o["id"]}, include(f"{o['total']:.2f}")) for o in my_orders(v)]
+    return [({"order": o["id"]}, include(f"{o['total']:,.2f}")) for o in my_orders(v)]
 
 
 def _order_status(v: EpisodeView):

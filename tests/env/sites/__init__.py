@@ -1,0 +1,1 @@
+"""Tests of the embedded sites (a package, so its conftest does not shadow tests/env/conftest.py)."""

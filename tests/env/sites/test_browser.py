@@ -1,0 +1,80 @@
+"""The tasks in the real browser: the reference solver solves them, doing nothing or the wrong thing fails.
+
+Every episode runs in real Chromium against the real sites subprocess, scored by the project's
+WebArena evaluators. The fast suite uses one task per template; the `slow` tests run every task.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from webrl.env.episode import EpisodeLimits
+from webrl.env.sites import ReferenceSolver, load_suite, reinstantiate
+from webrl.env.sites.runner import ExitAtOnce, run_policy
+
+from .helpers import SiblingSolver, one_per_template, sibling
+
+pytestmark = pytest.mark.timeout(600)
+# Generous per-action limits: the 2 cores are shared, and a slow step must not read as a failed task.
+LIMITS = EpisodeLimits(action_timeout_s=30.0)
+
+
+def _scores(result) -> dict[str, float | None]:
+    return {t.task.task_id: t.eval_reward for t in result.trajectories}
+
+
+def test_reference_solver_solves_one_task_per_template(run, pool, sites, backend):
+    tasks = one_per_template(load_suite("test", sites.url_map))
+    result = run(run_policy(tasks, ReferenceSolver, backend, pool=pool, concurrency=6, limits=LIMITS))
+    assert result.failures == []
+    assert len(tasks) == len({t.intent_template_id for t in load_suite("test")})
+    trajectory = result.trajectories[0]
+    step = trajectory.steps[0]
+    assert step.prompt.startswith(f"Task Instruction: {trajectory.task.intent}") and step.observation in step.prompt
+    assert step.action["name"] and step.url == trajectory.task.start_url and step.reward == 1.0
+    assert trajectory.status == "exit" and trajectory.metadata["blocked_requests"] == 0
+
+
+def test_exit_at_once_scores_zero_on_every_template(run, pool, sites, backend):
+    tasks = one_per_template(load_suite("test", sites.url_map))
+    result = run(run_policy(tasks, ExitAtOnce, backend, pool=pool, concurrency=6, limits=LIMITS))
+    assert _scores(result) == {t.task_id: 0.0 for t in tasks}
+
+
+def test_solving_another_instantiation_fails_the_evaluator(run, pool, sites, backend):
+    """Right answers pass (above); here each site's string, url and program_html checks see wrong ones."""
+    tasks = [t for t in one_per_template(load_suite("train", sites.url_map)) if sibling(t, sites.url_map)]
+    covered = {(t.site, e) for t in tasks for e in t.eval["eval_types"]}
+    assert {site for site, _ in covered} == {"shopping", "shopping_admin", "reddit", "gitlab", "map"}
+    assert {e for _, e in covered} == {"string_match", "url_match", "program_html"}
+    wrong = lambda t: SiblingSolver(t, sites.url_map)  # noqa: E731
+    result = run(run_policy(tasks, wrong, backend, pool=pool, concurrency=6, limits=LIMITS))
+    assert {t.task.task_id: (t.status, t.eval_reward) for t in result.trajectories} == {
+        t.task_id: ("exit", 0.0) for t in tasks
+    }
+
+
+def test_reinstantiated_tasks_are_solved(run, pool, sites, backend):
+    seeds = [t for t in one_per_template(load_suite("train", sites.url_map)) if t.intent_template_id % 100 == 5]
+    tasks = [new for task in seeds for new in reinstantiate(task, random.Random(7), 2)]
+    assert len(tasks) == 2 * len(seeds) == 10
+    result = run(run_policy(tasks, ReferenceSolver, backend, pool=pool, concurrency=6, limits=LIMITS))
+    assert result.failures == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_reference_solver_solves_every_task(run, pool, sites, backend, split):
+    tasks = load_suite(split, sites.url_map)
+    result = run(run_policy(tasks, ReferenceSolver, backend, pool=pool, concurrency=6, limits=LIMITS))
+    assert result.failures == [] and result.successes == len(tasks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_exit_at_once_scores_zero_on_every_task(run, pool, sites, backend, split):
+    tasks = load_suite(split, sites.url_map)
+    result = run(run_policy(tasks, ExitAtOnce, backend, pool=pool, concurrency=6, limits=LIMITS))
+    assert all(t.status == "exit" and t.eval_reward == 0.0 for t in result.trajectories)

@@ -1,0 +1,106 @@
+"""The shipped task suites: reproducible, split as specified, valid WebArena configs; re-instantiation."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import Counter
+
+import pytest
+
+from webrl.env.sites.__main__ import main
+from webrl.env.sites.suite import SUITE_DIR, build_suites, load_suite, reinstantiate, suite_text
+from webrl.env.sites.templates import all_templates
+
+URL_MAP = {
+    "__SHOPPING__": "http://127.0.0.1:9/shopping",
+    "__SHOPPING_ADMIN__": "http://127.0.0.1:9/admin",
+    "__REDDIT__": "http://127.0.0.1:9/forum",
+    "__GITLAB__": "http://127.0.0.1:9/gitlab",
+    "__MAP__": "http://127.0.0.1:9/map",
+}
+
+
+@pytest.fixture(scope="module")
+def suites():
+    return {split: load_suite(split) for split in ("train", "test")}
+
+
+def test_shipped_suites_are_exactly_what_the_generator_writes():
+    for split, tasks in build_suites().items():
+        assert (SUITE_DIR / f"{split}.json").read_text(encoding="utf-8") == suite_text(tasks), split
+
+
+def test_split_sizes_sites_templates_and_eval_types(suites):
+    train, test = suites["train"], suites["test"]
+    assert len(train) >= 500 and len(test) >= 150
+    assert len(all_templates()) >= 30
+    for tasks in (train, test):
+        assert set(Counter(t.site for t in tasks)) == {"shopping", "shopping_admin", "reddit", "gitlab", "map"}
+        assert {e for t in tasks for e in t.eval["eval_types"]} == {"string_match", "url_match", "program_html"}
+    refs = Counter(k for t in train if "string_match" in t.eval["eval_types"] for k in t.eval["reference_answers"])
+    assert refs["exact_match"] > 0 and refs["must_include"] > 0
+
+
+def test_test_split_holds_out_templates_and_instantiations(suites):
+    train, test = suites["train"], suites["test"]
+    train_templates = {t.intent_template_id for t in train}
+    held_out = {tid for tid, template in all_templates().items() if template.held_out}
+    assert held_out and not held_out & train_templates
+    assert {t.intent_template_id for t in test} == train_templates | held_out
+    assert any(t.intent_template_id in train_templates for t in test)
+    assert not {t.intent for t in train} & {t.intent for t in test}
+    assert len({t.task_id for t in train + test}) == len(train) + len(test)
+    assert len({t.intent for t in train}) == len(train)
+
+
+def test_every_task_is_a_complete_webarena_config(suites):
+    for task in suites["train"] + suites["test"]:
+        config = task.to_dict()
+        assert config["require_login"] is False and config["start_url"].startswith("__")
+        assert config["intent"] == config["intent_template"].format(**config["instantiation_dict"])
+        assert set(config["eval"]) >= {"eval_types", "reference_answers", "reference_url", "url_note", "program_html"}
+
+
+def test_loading_with_a_url_map_substitutes_and_validates(suites):
+    loaded = load_suite("test", URL_MAP)
+    assert len(loaded) == len(suites["test"])
+    assert not re.search(r"__[A-Z_]+__", json.dumps([t.to_dict() for t in loaded]))
+    url_tasks = [t for t in loaded if "url_match" in t.eval["eval_types"]]
+    assert all(t.eval["reference_url"].startswith("http://127.0.0.1:9/") for t in url_tasks)
+    assert all(t.start_url.startswith("http://127.0.0.1:9/") for t in loaded)
+
+
+def test_reinstantiate_gives_new_valid_tasks_of_the_same_template():
+    task = next(t for t in load_suite("train", URL_MAP) if t.intent_template_id == 205)
+    test_values = {json.dumps(t.instantiation_dict, sort_keys=True) for t in load_suite("test")}
+    new = reinstantiate(task, random.Random(0), 5)
+    assert len(new) == 5 and len({t.task_id for t in new}) == 5
+    for other in new:
+        assert other.intent_template_id == 205 and other.task_id.startswith("re-205-")
+        assert other.instantiation_dict != task.instantiation_dict
+        assert json.dumps(other.instantiation_dict, sort_keys=True) not in test_values
+        target = other.eval["program_html"][0]
+        assert target["url"].startswith("http://127.0.0.1:9/admin/product/")  # same deployment as `task`
+        assert target["required_contents"]["exact_match"] == other.instantiation_dict["price"]
+    assert [t.task_id for t in reinstantiate(task, random.Random(0), 5)] == [t.task_id for t in new]
+
+
+def test_reinstantiate_limits_and_placeholders():
+    small = next(t for t in load_suite("train") if t.intent_template_id == 210)  # four order statuses
+    others = reinstantiate(small, random.Random(1), 10)
+    test_statuses = {t.instantiation_dict["status"] for t in load_suite("test") if t.intent_template_id == 210}
+    assert 0 < len(others) < 4 and not {t.instantiation_dict["status"] for t in others} & test_statuses
+    assert all(t.start_url == "__SHOPPING_ADMIN__/" for t in others)
+    assert reinstantiate(small, random.Random(1), 0) == []
+    with pytest.raises(ValueError, match="n must be >= 0"):
+        reinstantiate(small, random.Random(1), -1)
+
+
+def test_cli_counts_and_generate_check(capsys):
+    assert main(["counts"]) == 0
+    out = capsys.readouterr().out
+    train = json.loads(out.split("train: ", 1)[1].splitlines()[0])
+    assert train["tasks"] == len(load_suite("train")) and sum(train["sites"].values()) == train["tasks"]
+    assert main(["generate", "--check"]) == 0
