@@ -137,6 +137,7 @@ def test_judge_prompt_carries_the_site_rules_and_the_answer_format():
         ({"value_window": (0.8, 0.2)}, "curriculum.value_window"),
         ({"value_window": (0.1,)}, "curriculum.value_window"),
         ({"top_p": 0.0}, "curriculum.top_p"),
+        ({"stop": [""]}, "curriculum.stop"),
         ({"min_task_chars": 50, "max_task_chars": 10}, "curriculum.min_task_chars"),
     ],
 )

@@ -84,6 +84,8 @@ class CurriculumConfig:
     """Nucleus sampling threshold of the generator."""
     max_tokens: int = 512
     """Token budget of one generator reply."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings that end a generator reply early (e.g. a blank line, "\\n\\n", after the list)."""
     reply_prefix: str = ""
     """Text that opens the generator's reply (e.g. "- `" to steer small completion models into the list format)."""
     min_task_chars: int = 12
@@ -109,6 +111,8 @@ class CurriculumConfig:
             raise ValueError(
                 f"curriculum.value_window must be [low, high] with 0 <= low <= high <= 1, got {self.value_window!r}"
             )
+        if any(not isinstance(stop, str) or not stop for stop in self.stop):
+            raise ValueError(f"curriculum.stop must be a list of non-empty strings, got {self.stop!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"curriculum.top_p must lie in (0, 1], got {self.top_p!r}")
         if self.temperature < 0.0:

@@ -171,6 +171,7 @@ class TaskGenerator:
             temperature=self.config.temperature,
             top_p=self.config.top_p,
             max_tokens=self.config.max_tokens,
+            stop=list(self.config.stop),
             seed=seed,
         )
         completions = self.engine.generate([self.prompt(request) for request in requests], params)
