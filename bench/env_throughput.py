@@ -6,7 +6,9 @@ webrl's BrowserPool (episodes as contexts of one Chromium, asyncio) and for Brow
 per worker process, as it is designed to be run). BrowserGym pins playwright 1.44, so it runs in
 its own virtualenv under .cache/ (created on first use with `pip install browsergym-miniwob`),
 driving the same system Chromium; if that cannot be set up the comparison is skipped with the
-reason printed. Results go to bench/results/env_throughput.json.
+reason printed. Each level runs in a subprocess whose CPU time (with its Chromium and driver) is
+measured too, because on a machine shared with other jobs CPU seconds per step is the figure that
+contention does not distort. Results go to bench/results/env_throughput.json.
 
     python bench/env_throughput.py
     python bench/env_throughput.py --concurrency 1 4 16 --browsergym-concurrency 1 4 16
@@ -20,6 +22,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,13 +32,15 @@ from pathlib import Path
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.chromium import find_chromium
 from webrl.env.episode import EpisodeLimits
-from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
+from webrl.env.miniwob import MiniWoBBackend, miniwob_html_dir, miniwob_tasks
 from webrl.env.scripted_policy import MiniWoBScriptedPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ("click-test", "click-button", "click-link", "focus-text", "enter-text", "login-user")
 VENV = ROOT / ".cache" / "browsergym-venv"
 CHILD = Path(__file__).resolve().parent / "env_throughput_browsergym.py"
+# Generous time limits: on a machine shared with other jobs a busy second must not turn into a failure.
+LIMITS = EpisodeLimits(max_steps=10, action_timeout_s=60.0, reset_timeout_s=120.0)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -60,7 +65,7 @@ async def run_webrl(tasks: list[str], concurrency: int, episodes: int, chromium:
 
             async def one(task) -> None:
                 nonlocal successes, steps
-                async with pool.episode(task, backend, EpisodeLimits(max_steps=10)) as episode:
+                async with pool.episode(task, backend, LIMITS) as episode:
                     observation = await episode.reset()
                     while not episode.done:
                         response = policy.act(episode.task, observation.html, len(episode.trajectory.steps))
@@ -70,7 +75,8 @@ async def run_webrl(tasks: list[str], concurrency: int, episodes: int, chromium:
                         successes += 1
                     else:
                         errors = [s.error for s in trajectory.steps if s.error]
-                        failures.append({"task": task.task_id, "status": trajectory.status, "errors": errors[:3]})
+                        failure = {"task": task.task_id, "status": trajectory.status, "error": trajectory.error}
+                        failures.append({**failure, "step_errors": errors[:3]})
                     steps += len(trajectory.steps)
                     latencies.extend(s.timings["act"] + s.timings["observe"] for s in episode.trajectory.steps)
 
@@ -111,36 +117,30 @@ def ensure_browsergym_venv() -> tuple[Path | None, str]:
     return python, "installed"
 
 
-def run_browsergym(tasks: list[str], levels: list[int], episodes_per_worker: int, chromium: str) -> dict:
-    """Run the BrowserGym child in its own virtualenv; returns its figures or a skip reason."""
-    python, how = ensure_browsergym_venv()
-    if python is None:
-        return {"skipped": how}
-    with MiniWoBBackend() as backend:
-        out = ROOT / ".cache" / "browsergym_result.json"
-        command = [
-            str(python),
-            str(CHILD),
-            "--miniwob-url",
-            f"{backend.url_map['__MINIWOB__']}/miniwob/",
-            "--chromium",
-            chromium,
-            "--tasks",
-            *tasks,
-            "--concurrency",
-            *map(str, levels),
-            "--episodes-per-worker",
-            str(episodes_per_worker),
-            "--out",
-            str(out),
-        ]
-        done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-5:]
-        return {"skipped": f"BrowserGym child failed (exit {done.returncode}): {' | '.join(tail)}"}
+def measured(command: list[str]) -> tuple[dict | None, float, str]:
+    """Run a worker; return its JSON, the CPU seconds it and its descendants used, and its stderr tail.
+
+    CPU time is the contention-proof figure on a shared machine: wall-clock rates fall when other
+    jobs take the cores, CPU seconds per step do not.
+    """
+    out = ROOT / ".cache" / f"env_throughput_{os.getpid()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    tail = " | ".join(done.stderr.strip().splitlines()[-5:])
+    if done.returncode != 0 or not out.exists():
+        return None, cpu, f"exit {done.returncode}: {tail}"
     result = json.loads(out.read_text())
-    result["venv"] = how
-    return result
+    out.unlink()
+    return result, cpu, tail
+
+
+def with_cpu(row: dict, cpu: float) -> dict:
+    per_step = round(1000 * cpu / row["steps"], 1) if row["steps"] else None
+    return {**row, "cpu_s": round(cpu, 2), "cpu_ms_per_step": per_step}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,35 +149,60 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16])
     parser.add_argument("--episodes", type=int, default=0, help="episodes per level (default: max(12, 4 x level))")
     parser.add_argument("--browsergym-concurrency", nargs="+", type=int, default=[1, 4, 16])
-    parser.add_argument("--browsergym-episodes-per-worker", type=int, default=2)
+    parser.add_argument(
+        "--browsergym-episodes", type=int, default=6, help="BrowserGym episodes per level (at least one per worker)"
+    )
     parser.add_argument("--skip-browsergym", action="store_true")
+    parser.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "env_throughput.json")
     args = parser.parse_args(argv)
     chromium = find_chromium()
+    if args.worker:
+        row = asyncio.run(run_webrl(args.tasks, args.worker, args.episodes, chromium))
+        args.out.write_text(json.dumps(row))
+        return
 
     results: dict = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_start": os.getloadavg()},
         "tasks": args.tasks,
         "webrl": [],
+        "browsergym": {"levels": []},
     }
     for level in args.concurrency:
         episodes = args.episodes or max(12, 4 * level)
-        row = asyncio.run(run_webrl(args.tasks, level, episodes, chromium))
-        results["webrl"].append(row)
-        print(f"webrl       c={level:<3} {fmt(row)}", flush=True)
-    if args.skip_browsergym:
-        results["browsergym"] = {"skipped": "--skip-browsergym"}
-    else:
-        results["browsergym"] = run_browsergym(
-            args.tasks, args.browsergym_concurrency, args.browsergym_episodes_per_worker, chromium
-        )
-        for row in results["browsergym"].get("levels", []):
-            print(f"browsergym  c={row['concurrency']:<3} {fmt(row)}", flush=True)
-        if "skipped" in results["browsergym"]:
-            print(f"browsergym  skipped: {results['browsergym']['skipped']}")
+        command = [
+            sys.executable,
+            __file__,
+            "--worker",
+            str(level),
+            "--episodes",
+            str(episodes),
+            "--tasks",
+            *args.tasks,
+        ]
+        row, cpu, error = measured(command)
+        if row is None:
+            raise SystemExit(f"webrl worker at concurrency {level} failed: {error}")
+        results["webrl"].append(with_cpu(row, cpu))
+        print(f"webrl       c={level:<3} {fmt(results['webrl'][-1])}", flush=True)
+    python, how = (None, "--skip-browsergym") if args.skip_browsergym else ensure_browsergym_venv()
+    for level in args.browsergym_concurrency if python else []:
+        command = [str(python), str(CHILD), "--miniwob-dir", str(miniwob_html_dir()), "--chromium", chromium]
+        command += ["--tasks", *args.tasks, "--concurrency", str(level), "--episodes", str(args.browsergym_episodes)]
+        row, cpu, error = measured(command)
+        if row is None:
+            how = f"BrowserGym child failed at concurrency {level}: {error}"
+            break
+        results["browsergym"]["levels"].append(with_cpu(row, cpu))
+        print(f"browsergym  c={level:<3} {fmt(results['browsergym']['levels'][-1])}", flush=True)
+    results["browsergym"]["venv"] = how
+    if not results["browsergym"]["levels"]:
+        print(f"browsergym  skipped: {how}")
     results["ratios"] = ratios(results)
     for level, ratio in results["ratios"].items():
-        print(f"steps/s ratio webrl/browsergym at c={level}: {ratio}x")
+        print(
+            f"webrl vs browsergym at c={level}: {ratio['steps_per_s']}x steps/s, {ratio['cpu_per_step']}x less CPU/step"
+        )
     results["machine"]["load_avg_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
@@ -187,17 +212,22 @@ def main(argv: list[str] | None = None) -> None:
 def fmt(row: dict) -> str:
     return (
         f"{row['steps_per_s']:>7} steps/s  {row['episodes']:>3} episodes ({row['successes']} ok)  "
-        f"step p50 {row['step_latency_p50_ms']} ms  p95 {row['step_latency_p95_ms']} ms  wall {row['wall_s']} s"
+        f"step p50 {row['step_latency_p50_ms']} ms  p95 {row['step_latency_p95_ms']} ms  "
+        f"CPU {row['cpu_ms_per_step']} ms/step  wall {row['wall_s']} s"
     )
 
 
 def ratios(results: dict) -> dict:
-    theirs = {row["concurrency"]: row["steps_per_s"] for row in results.get("browsergym", {}).get("levels", [])}
-    return {
-        row["concurrency"]: round(row["steps_per_s"] / theirs[row["concurrency"]], 1)
-        for row in results["webrl"]
-        if theirs.get(row["concurrency"])
-    }
+    theirs = {row["concurrency"]: row for row in results["browsergym"]["levels"]}
+    out = {}
+    for row in results["webrl"]:
+        other = theirs.get(row["concurrency"])
+        if other and other["steps_per_s"] and row["cpu_ms_per_step"]:
+            out[row["concurrency"]] = {
+                "steps_per_s": round(row["steps_per_s"] / other["steps_per_s"], 1),
+                "cpu_per_step": round(other["cpu_ms_per_step"] / row["cpu_ms_per_step"], 1),
+            }
+    return out
 
 
 if __name__ == "__main__":

@@ -11,11 +11,21 @@ downloaded here.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import re
 import statistics
+import threading
 import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):
+        return
 
 
 def _use_chromium(path: str) -> None:
@@ -88,6 +98,11 @@ def _worker(args: tuple) -> dict:
                     break
         finally:
             env.close()
+    # Stop the shared Playwright driver so it and its browsers are reaped: the parent measures the
+    # CPU time of its descendants, which only counts processes that were waited for.
+    from browsergym.core import _get_global_playwright
+
+    _get_global_playwright().stop()
     return {"latencies": latencies, "steps": steps, "successes": successes, "episodes": len(jobs)}
 
 
@@ -96,12 +111,14 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
-def run_level(level: int, tasks: list[str], per_worker: int, chromium: str, miniwob_url: str) -> dict:
-    jobs = [(tasks[i % len(tasks)], i) for i in range(level * per_worker)]
+def run_level(level: int, tasks: list[str], episodes: int, chromium: str, miniwob_url: str) -> dict:
+    jobs = [(tasks[i % len(tasks)], i // len(tasks)) for i in range(max(episodes, level))]
     chunks = [jobs[w::level] for w in range(level)]
     start = time.perf_counter()
-    with multiprocessing.get_context("spawn").Pool(level) as pool:
-        parts = pool.map(_worker, [(chromium, miniwob_url, chunk) for chunk in chunks])
+    pool = multiprocessing.get_context("spawn").Pool(level)
+    parts = pool.map(_worker, [(chromium, miniwob_url, chunk) for chunk in chunks])
+    pool.close()
+    pool.join()  # workers exit on their own (not terminated), so their CPU time is accounted
     wall = time.perf_counter() - start
     latencies = [x for p in parts for x in p["latencies"]]
     steps = sum(p["steps"] for p in parts)
@@ -121,19 +138,24 @@ def run_level(level: int, tasks: list[str], per_worker: int, chromium: str, mini
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--miniwob-url", required=True)
+    parser.add_argument("--miniwob-dir", required=True, help="the miniwob package's html/ directory")
     parser.add_argument("--chromium", required=True)
     parser.add_argument("--tasks", nargs="+", required=True)
-    parser.add_argument("--concurrency", nargs="+", type=int, required=True)
-    parser.add_argument("--episodes-per-worker", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, required=True, help="worker processes")
+    parser.add_argument("--episodes", type=int, default=6, help="episodes per level (at least one per worker)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    levels = [
-        run_level(level, args.tasks, args.episodes_per_worker, args.chromium, args.miniwob_url)
-        for level in args.concurrency
-    ]
+    # Served over http from this process, as webrl serves it, so both sides pay for their server.
+    handler = functools.partial(_QuietHandler, directory=args.miniwob_dir)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    miniwob_url = f"http://127.0.0.1:{server.server_address[1]}/miniwob/"
+    try:
+        row = run_level(args.concurrency, args.tasks, args.episodes, args.chromium, miniwob_url)
+    finally:
+        server.shutdown()
     with open(args.out, "w") as handle:
-        json.dump({"levels": levels}, handle, indent=2)
+        json.dump(row, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,9 @@ class EpisodeLimits:
     max_parse_failures: int = 5
     """Consecutive unparsable responses that end it with "parse_failures"."""
     action_timeout_s: float = 10.0
-    """Limit for one action, one observation, and for opening the start page."""
+    """Limit for one action and for one observation."""
+    reset_timeout_s: float = 30.0
+    """Limit for opening the start page (and for any page load)."""
     episode_timeout_s: float = 300.0
     """Wall-clock limit from reset; a step after it ends the episode with "timeout"."""
     wait_action_s: float = 1.0
@@ -61,7 +63,7 @@ class EpisodeLimits:
         for name in ("max_steps", "max_repeated_actions", "max_parse_failures"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EpisodeLimits.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("action_timeout_s", "episode_timeout_s"):
+        for name in ("action_timeout_s", "reset_timeout_s", "episode_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"EpisodeLimits.{name} must be > 0, got {getattr(self, name)}")
 
@@ -164,13 +166,17 @@ class Episode:
             await self.context.route_web_socket(outside_origins(sockets), self._block_socket)
             await self.backend.setup_context(self.context, self.task)
             self.page = await self.context.new_page()
-            self.page.set_default_timeout(self.limits.action_timeout_s * 1000)
+            self._set_timeouts(self.page)
             self.context.on("page", self._on_new_tab)
-            await asyncio.wait_for(self.backend.start(self.page, self.task), timeout=self.limits.action_timeout_s * 2)
+            await asyncio.wait_for(self.backend.start(self.page, self.task), timeout=self.limits.reset_timeout_s)
             return await self._observe()
         except _BROWSER_ERRORS as err:
             self._end("error", f"reset failed: {_describe(err)}")
             return self._observation
+
+    def _set_timeouts(self, page: Any) -> None:
+        page.set_default_timeout(self.limits.action_timeout_s * 1000)
+        page.set_default_navigation_timeout(self.limits.reset_timeout_s * 1000)
 
     def _on_new_tab(self, page: Any) -> None:
         self._opened.append(page)
@@ -185,7 +191,7 @@ class Episode:
             # so it follows the newest tab, as a person would.
             self.page = self._opened[-1]
             self._opened.clear()
-            self.page.set_default_timeout(self.limits.action_timeout_s * 1000)
+            self._set_timeouts(self.page)
             await self.page.wait_for_load_state("domcontentloaded")
         return error
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,6 +25,16 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         return
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A browser context closed mid-download resets its connections; that is not an error here.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class StaticServer:
     """Serve `root` at `http://127.0.0.1:<port>/` from a daemon thread until `close()`."""
 
@@ -32,8 +43,7 @@ class StaticServer:
         if not self.root.is_dir():
             raise FileNotFoundError(f"static server root {self.root} is not a directory")
         handler = functools.partial(_QuietHandler, directory=str(self.root))
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="webrl-static", daemon=True)
         self._thread.start()
 
