@@ -29,9 +29,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from webrl.data.curriculum_config import CurriculumConfig
-from webrl.data.curriculum_filters import group_by, normalise_intent, phase_rng, pick_balanced, value_verdict
+from webrl.data.curriculum_filters import (
+    FeasibilityJudge,
+    group_by,
+    normalise_intent,
+    phase_rng,
+    pick_balanced,
+    value_verdict,
+)
 from webrl.data.curriculum_generation import GenerationRequest, TaskGenerator
-from webrl.data.curriculum_judge import FeasibilityJudge
 from webrl.data.curriculum_state import CurriculumState, PhaseRecord
 from webrl.data.prompts import build_actor_prompt
 from webrl.data.trajectory import Task, Trajectory
