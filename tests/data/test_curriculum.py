@@ -221,6 +221,31 @@ def test_judge_refusals_do_not_unbalance_the_sites():
     assert [t.site for t in result.tasks].count("gitlab") == 3
 
 
+def test_separate_judge_engine_and_template_seeds_without_a_template():
+    judge = ScriptedReplyEngine(lambda prompt, params: "Fine. [YES]")
+    config = CurriculumConfig(mode="mixed", tasks_per_phase=10, generation_turns=1, judge=True)
+    variants = []
+
+    def reinstantiate(task, rng, n):
+        new = [
+            Task(f"v{i}", f"{task.intent} in colour {rng.randrange(100)}", task.sites, task.start_url) for i in range(n)
+        ]
+        variants.extend(new)
+        return new
+
+    curriculum, generator = make(config, judge_engine=judge, reinstantiate=reinstantiate)
+    templated = failed("Buy the mug named alpha", "shopping", intent_template_id=7)
+    result = curriculum.propose(1, [templated, failed("Buy the mug named beta", "shopping")])
+    assert len(generator.calls) == 1  # generation only: the judge has its own engine
+    judged = [p for prompts, _ in judge.calls for p in prompts]
+    assert len(judged) == 4 and all("variant" in p for p in judged)  # LLM-made tasks only, not template ones
+    kept_templates = [t.intent for t in result.tasks if t.extra["curriculum"]["origin"] == "template"]
+    assert sorted(kept_templates) == sorted(v.intent for v in variants)
+    assert len(variants) == config.variants_per_seed
+    assert [r["intent"] for r in result.record.rejected if r["reason"] == "no_template"] == ["Buy the mug named beta"]
+    assert result.metrics["curriculum/rejected_no_template"] == 1.0
+
+
 def test_phase_already_covered_is_an_error():
     curriculum, _ = make(CurriculumConfig())
     curriculum.propose(1, phase_inputs({"shopping": 1}))

@@ -81,7 +81,7 @@ class Curriculum:
     """Chooses each phase's tasks from the previous phase's failures; see the module docstring.
 
     `generator_engine` is needed in llm/mixed mode, `reinstantiate` in template/mixed mode,
-    `judge_engine` (defaulting to the generator's) when `config.judge` is on. `start_urls` maps a
+    `judge_engine` (defaulting to the generator's, with its tokenizer) when `config.judge` is on. `start_urls` maps a
     site to its start page, where LLM-made tasks begin (default: the commonest start URL of the
     site's seeds). `start_observation(task)` returns the simplified HTML of the task's start page
     (the loop opens it in the browser); it is called once per start URL and cached. `critic_prompt
@@ -107,14 +107,15 @@ class Curriculum:
             raise ValueError(f"curriculum.mode={config.mode!r} needs a generator engine (none was given)")
         if config.mode in ("template", "mixed") and reinstantiate is None:
             raise ValueError(f"curriculum.mode={config.mode!r} needs a reinstantiate(task, rng, n) function")
-        judge_engine = judge_engine or generator_engine
+        if judge_engine is None:
+            judge_engine, judge_tokenizer = generator_engine, generator_tokenizer
         if config.judge and judge_engine is None:
             raise ValueError("curriculum.judge=true needs a judge engine (or a generator engine to reuse)")
         self.config = config
-        self.generator = TaskGenerator(generator_engine, config, generator_tokenizer) if generator_engine else None
-        self.judge = (
-            FeasibilityJudge(judge_engine, config, judge_tokenizer or generator_tokenizer) if (config.judge) else None
-        )
+        self.generator = None
+        if generator_engine is not None:
+            self.generator = TaskGenerator(generator_engine, config, generator_tokenizer)
+        self.judge = FeasibilityJudge(judge_engine, config, judge_tokenizer) if config.judge else None
         self.reinstantiate = reinstantiate
         self.start_urls = dict(start_urls or {})
         self.start_observation = start_observation
