@@ -5,7 +5,10 @@ from __future__ import annotations
 import html
 import http.client
 import re
+import subprocess
+import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from urllib.parse import urlencode, urlsplit
@@ -58,6 +61,25 @@ def test_subprocess_prints_base_url_and_stops():
     with pytest.raises(OSError):
         urllib.request.urlopen(base + "/", timeout=2)
     sites.stop()  # a second stop is harmless
+
+
+def test_server_exits_when_its_parent_dies():
+    """A parent killed without cleanup (here os._exit) must not leave the sites server running."""
+    script = (
+        "import os; from webrl.env.sites import EmbeddedSites; "
+        "s = EmbeddedSites().start(); print(s.base_url, flush=True); os._exit(0)"
+    )
+    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    base = parent.stdout.strip()
+    assert base.startswith("http://127.0.0.1:")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(base + "/", timeout=1).close()
+        except OSError:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the orphaned server at {base} still answers")
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import sys
+import threading
 from pathlib import Path
 
 from webrl.data.trajectory import TrajectoryWriter
@@ -28,6 +29,9 @@ def _serve(args: argparse.Namespace) -> int:
     print(server.base_url, flush=True)  # first line: EmbeddedSites reads it
     for placeholder, url in server.url_map.items():
         print(f"  {placeholder} -> {url}", flush=True)
+    if args.exit_with_parent:
+        # The parent holds our stdin open; EOF means it is gone (even if killed), so shut down too.
+        threading.Thread(target=lambda: (sys.stdin.read(), server.request_shutdown()), daemon=True).start()
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -95,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
     serve.add_argument("--seed", type=int, default=DEFAULT_SEED, help="data seed (the shipped tasks need the default)")
     serve.add_argument("--max-episodes", type=int, default=1024, help="live episode overlays kept (LRU)")
+    serve.add_argument("--exit-with-parent", action="store_true", help="stop when stdin closes (used by EmbeddedSites)")
     counts = commands.add_parser("counts", help="print task counts per split and site")
     counts.add_argument("--templates", action="store_true", help="also print counts per template")
     generate = commands.add_parser("generate", help="write the task suites into the package")

@@ -114,14 +114,14 @@ def _forum(rng: random.Random) -> Tables:
     posts: dict[Hashable, dict] = {}
     for forum, subjects in vocab.FORUMS.items():
         forums[forum] = {"name": forum, "description": f"Discussion about {forum}."}
-        titles = [pattern.format(subject) for subject in subjects for pattern in vocab.POST_PATTERNS]
-        for title in rng.sample(titles, 24):
+        titles = [(pattern.format(subject), subject) for subject in subjects for pattern in vocab.POST_PATTERNS]
+        for title, subject in rng.sample(titles, 24):
             pid = len(posts) + 1
             posts[pid] = {
                 "id": pid,
                 "forum": forum,
                 "title": title,
-                "body": f"Let's talk about {title.lower().rstrip('?')}.",
+                "body": f"Curious what this forum thinks about {subject}.",
                 "author": rng.choice(usernames[1:]),
                 "score": rng.randint(-5, 400),
                 "date": _day(rng.randint(0, 700)),

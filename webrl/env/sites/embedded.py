@@ -47,6 +47,7 @@ class EmbeddedSites:
             str(seed),
             "--max-episodes",
             str(max_episodes),
+            "--exit-with-parent",
         ]
         self.startup_timeout_s = startup_timeout_s
         self.base_url = ""
@@ -66,7 +67,8 @@ class EmbeddedSites:
             raise RuntimeError("EmbeddedSites already started")
         # stderr is inherited: a server traceback shows up where the caller can read it, and an
         # undrained pipe could never fill up and block the server.
-        self._process = subprocess.Popen(self.command, stdout=subprocess.PIPE, text=True)
+        # stdin stays open as a lifeline: when this process dies the child reads EOF and exits.
+        self._process = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         first_line: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: first_line.put(self._process.stdout.readline()), daemon=True).start()
         try:
@@ -93,8 +95,9 @@ class EmbeddedSites:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
-        if process.stdout is not None:
-            process.stdout.close()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
 
     @property
     def running(self) -> bool:

@@ -21,6 +21,7 @@ from webrl.data.trajectory import Task, Trajectory, TrajectoryWriter
 from webrl.env.backend import SiteBackend
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.episode import EpisodeLimits
+from webrl.env.observation import ObservationConfig
 from webrl.env.sites.solver import ReferenceSolver, SolverError
 
 
@@ -73,16 +74,30 @@ class RunResult:
         }
 
 
+PromptBuilder = Callable[[Task, list[str], str], str]
+
+
+def default_prompt(task: Task, history: list[str], html: str) -> str:
+    """The completion-form actor prompt (no chat template, default character budget)."""
+    return build_actor_prompt(task.intent, history, html)
+
+
 async def _episode(
-    pool: BrowserPool, task: Task, policy: Policy, backend: SiteBackend, limits: EpisodeLimits | None
+    pool: BrowserPool,
+    task: Task,
+    policy: Policy,
+    backend: SiteBackend,
+    limits: EpisodeLimits | None,
+    observation_config: ObservationConfig | None,
+    prompt_builder: PromptBuilder,
 ) -> Trajectory:
-    async with pool.episode(task, backend, limits) as episode:
+    async with pool.episode(task, backend, limits, observation_config) as episode:
         observation = await episode.reset()
         history: list[str] = []
         try:
             while not episode.done:
                 response = policy.act(observation.html)
-                prompt = build_actor_prompt(task.intent, history, observation.html)
+                prompt = prompt_builder(task, list(history), observation.html)
                 result = await episode.step(response, prompt=prompt)
                 history.append(response)
                 observation = result.observation
@@ -106,24 +121,36 @@ async def run_policy(
     pool: BrowserPool | None = None,
     concurrency: int = 8,
     limits: EpisodeLimits | None = None,
+    observation: ObservationConfig | None = None,
+    prompt_builder: PromptBuilder = default_prompt,
     writer: TrajectoryWriter | None = None,
 ) -> RunResult:
     """Run one episode per task with `make_policy(task)`, `concurrency` at a time; evaluate each.
 
-    Trajectories are written to `writer` as they finish. A task that does not reach reward 1 is
-    listed in `failures` with its status and error, so a failing solver names its task.
+    `observation` and `prompt_builder` should match what the model will see in rollouts (the
+    recorded Step.prompt is `prompt_builder(task, earlier responses, page html)`). Trajectories are
+    written to `writer` as they finish. A task that does not reach reward 1 is listed in
+    `failures` with its status and errors, so a failing solver names its task.
     """
     if pool is None:
         async with BrowserPool(BrowserConfig(max_concurrency=concurrency)) as own_pool:
             return await run_policy(
-                tasks, make_policy, backend, pool=own_pool, concurrency=concurrency, limits=limits, writer=writer
+                tasks,
+                make_policy,
+                backend,
+                pool=own_pool,
+                concurrency=concurrency,
+                limits=limits,
+                observation=observation,
+                prompt_builder=prompt_builder,
+                writer=writer,
             )
     slots = asyncio.Semaphore(concurrency)
     start = time.perf_counter()
 
     async def one(task: Task) -> Trajectory:
         async with slots:
-            trajectory = await _episode(pool, task, make_policy(task), backend, limits)
+            trajectory = await _episode(pool, task, make_policy(task), backend, limits, observation, prompt_builder)
         if writer is not None:
             writer.write(trajectory)
         return trajectory

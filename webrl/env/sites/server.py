@@ -44,7 +44,6 @@ class SitesServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, seed: int = DEFAULT_SEED, max_episodes: int = 1024):
         self.store = EpisodeStore(build_tables(seed), max_episodes=max_episodes)
-        self.requests = 0
         self._httpd = ThreadingHTTPServer((host, port), _make_handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -60,6 +59,10 @@ class SitesServer:
 
     def serve_forever(self) -> None:
         self._httpd.serve_forever(poll_interval=0.2)
+
+    def request_shutdown(self) -> None:
+        """Make `serve_forever` return; call it from another thread (it waits for the loop to stop)."""
+        self._httpd.shutdown()
 
     def start(self) -> SitesServer:
         self._thread = threading.Thread(target=self.serve_forever, name="webrl-sites", daemon=True)
@@ -80,7 +83,6 @@ class SitesServer:
 
     def handle(self, method: str, target: str, cookie_header: str | None, body: bytes) -> tuple[int, dict, bytes]:
         """Route one request; returns (status, headers, body). Pure of sockets, so tests can call it."""
-        self.requests += 1
         parts = urlsplit(target)
         path = parts.path
         try:

@@ -102,10 +102,10 @@ FORUMS = {
     "travel": ["night trains", "budget hostels", "travel insurance", "packing lists", "road trips", "island hopping"],
 }
 POST_PATTERNS = [
-    "What are your favorite {}?",
+    "What do you love about {}?",
     "Tips for getting into {}",
     "Unpopular opinion about {}",
-    "I finally tried {}",
+    "My experience with {}",
     "Best resources to learn about {}",
     "Why is nobody talking about {}?",
 ]
