@@ -77,11 +77,15 @@ class WebArenaBackend:
         return substitute(first_start_url(task), self.url_map)
 
     def allowed_origins(self, task: Task) -> list[str]:
-        """The start page's origin plus the origin of every site the task names."""
+        """The start page's origin, every site the task names, and the pages its evaluator opens."""
         origins = {origin_of(self.start_url(task))}
         for site in task.sites:
             url = self.url_map.get(f"__{site.upper()}__")
             if url:
+                origins.add(origin_of(url))
+        for target in (task.eval or {}).get("program_html") or []:
+            url = substitute(target.get("url", ""), self.url_map)
+            if url.startswith(("http://", "https://")):
                 origins.add(origin_of(url))
         return sorted(origins)
 
