@@ -6,12 +6,16 @@ WebArena evaluators. The fast suite uses one task per template; the `slow` tests
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
+from webrl.data.prompts import build_actor_prompt
+from webrl.data.trajectory import read_trajectories
 from webrl.env.episode import EpisodeLimits
 from webrl.env.sites import ReferenceSolver, load_suite, reinstantiate
+from webrl.env.sites.__main__ import main
 from webrl.env.sites.runner import ExitAtOnce, run_policy
 
 from .helpers import SiblingSolver, one_per_template, sibling
@@ -82,3 +86,19 @@ def test_exit_at_once_scores_zero_on_every_task(run, pool, sites, backend, split
     tasks = load_suite(split, sites.url_map)
     result = run(run_policy(tasks, ExitAtOnce, backend, pool=pool, concurrency=6, limits=LIMITS))
     assert all(t.status == "exit" and t.eval_reward == 0.0 for t in result.trajectories)
+
+
+def test_demos_command_writes_sft_trajectories(tmp_path, capsys):
+    assert main(["demos", "--split", "train", "--limit", "3", "--concurrency", "3", "--out", str(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["successes"] == 3
+    trajectories = read_trajectories(tmp_path / "train.jsonl")
+    assert len(trajectories) == 3
+    for trajectory in trajectories:
+        assert trajectory.outcome == 1.0 and trajectory.status == "exit"
+        for i, step in enumerate(trajectory.steps):
+            assert step.prompt == build_actor_prompt(
+                trajectory.task.intent, [s.response for s in trajectory.steps[:i]], step.observation
+            )
+            assert step.reward == 1.0 and step.url.startswith("http://127.0.0.1:") and step.action is not None
+            assert set(step.timings) == {"act", "observe"}
+            assert step.response.startswith("# Element: ") or step.response.startswith("exit(message=")

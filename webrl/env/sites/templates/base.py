@@ -1,9 +1,9 @@
 """The Template record and the evaluator helpers every site's templates are written with.
 
-A `Template` is one WebArena-style intent template ("What is the price of {product}?") plus
-three functions of the seeded data: every valid instantiation with its evaluator (`instances`),
-and the reference plan that solves an instantiation (`plan`, moves of `moves.py`). Keeping the
-three side by side means a template cannot ship without a way to check and to solve it.
+A `Template` is one WebArena-style intent template ("What is the price of {product}?") plus two
+functions: every valid instantiation with its evaluator, computed from the seeded data
+(`instances`), and the reference plan that solves an instantiation (`plan`, moves of `moves.py`).
+Keeping intent, check and solution side by side means no template ships without the other two.
 
 Evaluators follow WebArena (method §6): string_match for questions, url_match for navigation,
 program_html for state changes, where the check page is read in the episode's own browser context
