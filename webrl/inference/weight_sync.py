@@ -93,13 +93,16 @@ def _is_rank_zero() -> bool:
 class DiskWeightSync:
     """Write the model as a `save_pretrained` directory and make the engine reload it.
 
+    The engine lives on rank 0; other ranks pass `engine=None` and still call `sync` (the gather is
+    a collective).
+
     Each sync writes `directory/v{N}` and, once the engine has reloaded, removes the previous one
     (`keep_last` directories are kept). `tokenizer`, when given, is saved beside the weights so
     that each directory is a complete model another process can serve.
     """
 
     def __init__(self, engine: Any, directory: str | Path, tokenizer: Any = None, keep_last: int = 1) -> None:
-        if not hasattr(engine, "reload"):
+        if engine is not None and not hasattr(engine, "reload"):
             raise TypeError(f"{type(engine).__name__} cannot reload weights from disk; use another engine or sync")
         if keep_last < 1:
             raise ValueError(f"DiskWeightSync keep_last must be >= 1, got {keep_last}")
@@ -115,6 +118,8 @@ class DiskWeightSync:
         state = full_state_dict(model)
         if not _is_rank_zero():
             return None
+        if self.engine is None:
+            raise ValueError("DiskWeightSync on rank 0 needs the engine (None is only for the other ranks)")
         self.version += 1
         target = self.directory / f"v{self.version}"
         base = unwrap_model(model)
@@ -136,7 +141,7 @@ class PushWeightSync:
     """Hand the tensors to the running engine in memory (vLLM `push_weights`, HF `load_state_dict`)."""
 
     def __init__(self, engine: Any) -> None:
-        if not (hasattr(engine, "push_weights") or hasattr(engine, "load_state_dict")):
+        if engine is not None and not (hasattr(engine, "push_weights") or hasattr(engine, "load_state_dict")):
             raise TypeError(f"{type(engine).__name__} cannot take weights in memory; use DiskWeightSync")
         self.engine = engine
 
@@ -144,6 +149,8 @@ class PushWeightSync:
         state = full_state_dict(model)
         if not _is_rank_zero():
             return
+        if self.engine is None:
+            raise ValueError("PushWeightSync on rank 0 needs the engine (None is only for the other ranks)")
         if hasattr(self.engine, "push_weights"):
             self.engine.push_weights(state.items())
         else:
