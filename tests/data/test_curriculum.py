@@ -291,6 +291,7 @@ def test_state_file_round_trip_and_errors(tmp_path):
     curriculum, _ = make(CurriculumConfig(tasks_per_phase=3))
     result = curriculum.propose(1, phase_inputs({"shopping": 2}))
     path = curriculum.state.save(tmp_path / "p1")
+    assert path == tmp_path / "p1" / "curriculum_state.json"  # the name the phase loop looks for
     data = json.loads(path.read_text())
     assert data["phase"] == 1 and data["record"]["metrics"] == result.metrics
     assert {"seeds", "generated", "kept", "rejected", "replies"} <= set(data["record"])

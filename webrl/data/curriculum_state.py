@@ -1,6 +1,6 @@
 """Durable curriculum state: what each phase drew, generated, kept and rejected, and every intent seen.
 
-One JSON file per phase directory (`<phase_dir>/curriculum.json`), written atomically (temp file,
+One JSON file per phase directory (`<phase_dir>/curriculum_state.json`), written atomically (temp file,
 fsync, rename) so that a crash leaves either the old file or the new one. The file holds the
 phase's full record (for inspection and for reusing the kept tasks after a crash later in the
 phase) and the cumulative set of normalised intents seen so far, which is all that a resumed run
@@ -20,7 +20,7 @@ from typing import Any
 from webrl.data.curriculum_filters import normalise_intent
 from webrl.data.trajectory import Task
 
-STATE_FILE = "curriculum.json"
+STATE_FILE = "curriculum_state.json"
 STATE_SCHEMA = 1
 
 
@@ -84,7 +84,7 @@ class CurriculumState:
             raise ValueError(f"{source}: not a curriculum state ({err})") from err
 
     def save(self, phase_dir: str | os.PathLike) -> Path:
-        """Write `<phase_dir>/curriculum.json` atomically; return its path."""
+        """Write `<phase_dir>/curriculum_state.json` atomically; return its path."""
         path = Path(phase_dir) / STATE_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
