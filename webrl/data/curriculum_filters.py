@@ -16,7 +16,7 @@ import hashlib
 import random
 import re
 import unicodedata
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -83,7 +83,7 @@ def pick_balanced(queues: Mapping[Hashable, list[T]], counts: dict[Hashable, int
     return picked
 
 
-def group_by(items: Sequence[T], key_of) -> dict[str, list[T]]:
+def group_by(items: Sequence[T], key_of: Callable[[T], str]) -> dict[str, list[T]]:
     """Group `items` by `key_of(item)`, keys sorted, items in their input order."""
     groups: dict[str, list[T]] = {}
     for item in items:
