@@ -11,6 +11,7 @@ downloaded here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import multiprocessing
@@ -82,7 +83,7 @@ def _worker(args: tuple) -> dict:
     import browsergym.miniwob  # noqa: F401  (registers the envs)
     import gymnasium as gym
 
-    latencies, steps, successes = [], 0, 0
+    latencies, steps, successes, errors = [], 0, 0, []
     for task, seed in jobs:
         env = gym.make(f"browsergym/miniwob.{task}")
         try:
@@ -96,14 +97,17 @@ def _worker(args: tuple) -> dict:
                 if terminated or truncated:
                     successes += int(reward > 0)
                     break
+        except Exception as err:  # a failed episode is a result here, not a crash
+            errors.append(f"{task}.{seed}: {type(err).__name__}: {str(err).splitlines()[0][:200]}")
         finally:
-            env.close()
+            with contextlib.suppress(Exception):
+                env.close()
     # Stop the shared Playwright driver so it and its browsers are reaped: the parent measures the
     # CPU time of its descendants, which only counts processes that were waited for.
     from browsergym.core import _get_global_playwright
 
     _get_global_playwright().stop()
-    return {"latencies": latencies, "steps": steps, "successes": successes, "episodes": len(jobs)}
+    return {"latencies": latencies, "steps": steps, "successes": successes, "episodes": len(jobs), "errors": errors}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -133,6 +137,7 @@ def run_level(level: int, tasks: list[str], episodes: int, chromium: str, miniwo
         "step_latency_p50_ms": round(1000 * _percentile(latencies, 0.5), 1),
         "step_latency_p95_ms": round(1000 * _percentile(latencies, 0.95), 1),
         "step_latency_mean_ms": round(1000 * statistics.fmean(latencies), 1) if latencies else None,
+        "failures": [error for p in parts for error in p["errors"]],
     }
 
 
