@@ -1,0 +1,138 @@
+"""OpenAIEngine against a REAL local server: vLLM's own OpenAI API server on the tiny model.
+
+The server is started once for the module as a subprocess on 127.0.0.1 (bounded wait, its log
+shown on failure) and stopped at the end. A chat template is passed on the command line, since
+the tiny tokenizer has none; it writes BOS itself, as chat templates do.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from webrl.inference.engine import SamplingParams
+from webrl.inference.hf import HFEngine
+from webrl.inference.openai import EngineRequestError, OpenAIEngine
+from webrl.modules.lm import load_model_and_tokenizer
+
+CHAT_TEMPLATE = (
+    "<|begin_of_text|>{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n"
+    "{{ m['content'] }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n{% endif %}"
+)
+STARTUP_LIMIT_S = 420
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    work = tmp_path_factory.mktemp("server")
+    (work / "chat.jinja").write_text(CHAT_TEMPLATE)
+    port = _free_port()
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "1024"]
+    command += ["--enforce-eager", "--chat-template", str(work / "chat.jinja")]
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    log = (work / "server.log").open("w")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + STARTUP_LIMIT_S
+        while True:
+            if process.poll() is not None:
+                pytest.fail(
+                    f"vLLM server exited with {process.returncode}:\n{(work / 'server.log').read_text()[-3000:]}"
+                )
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM server not up in {STARTUP_LIMIT_S}s:\n{(work / 'server.log').read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        yield base_url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
+
+
+@pytest.mark.vllm
+def test_completion_mode_equals_the_reference_decoder(server, tiny_model_dir, prompts, greedy_reference) -> None:
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    engine = OpenAIEngine(server, return_token_ids=True, prompts_per_request=2)
+    try:
+        assert engine.model == str(tiny_model_dir)
+        completions = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=10, logprobs=True))
+    finally:
+        engine.close()
+    assert len(completions) == len(prompts)
+    for prompt, completion in zip(prompts, completions, strict=True):
+        ids, logprobs = greedy_reference(model, tokenizer, prompt, 10)
+        assert completion.token_ids == ids
+        assert completion.text == tokenizer.decode(ids, skip_special_tokens=True)
+        assert completion.logprobs == pytest.approx(logprobs, abs=1e-3)
+
+
+@pytest.mark.vllm
+def test_stop_strings_match_hf(server, tiny_model_dir, prompts) -> None:
+    hf = HFEngine(tiny_model_dir)
+    stop = hf.generate(prompts[2:], SamplingParams(temperature=0, max_tokens=12))[0].text[3:5]
+    params = SamplingParams(temperature=0, max_tokens=12, stop=[stop])
+    engine = OpenAIEngine(server, return_token_ids=True)
+    try:
+        ours = engine.generate(prompts[2:], params)[0]
+    finally:
+        engine.close()
+    theirs = hf.generate(prompts[2:], params)[0]
+    assert (ours.text, ours.token_ids, ours.finish_reason) == (theirs.text, theirs.token_ids, "stop")
+
+
+@pytest.mark.vllm
+def test_chat_mode_sends_system_and_user_messages(server, tiny_model_dir, greedy_reference) -> None:
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    engine = OpenAIEngine(server, mode="chat", system_prompt="You are a web agent.", return_token_ids=True)
+    try:
+        completions = engine.generate(["click Home", "find the red mug"], SamplingParams(temperature=0, max_tokens=8))
+    finally:
+        engine.close()
+    for user, completion in zip(["click Home", "find the red mug"], completions, strict=True):
+        rendered = (
+            "<|start_header_id|>system<|end_header_id|>\nYou are a web agent.<|eot_id|>"
+            f"<|start_header_id|>user<|end_header_id|>\n{user}<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n"
+        )
+        assert completion.token_ids == greedy_reference(model, tokenizer, rendered, 8)[0]
+
+
+def test_an_unreachable_server_is_an_error_naming_it() -> None:
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    with pytest.raises(EngineRequestError, match=f"{url}: cannot list models"):
+        OpenAIEngine(url, max_retries=0, timeout_s=5)
+    engine = OpenAIEngine(url, model="m", max_retries=1, timeout_s=5)
+    with pytest.raises(EngineRequestError, match="model 'm'"):
+        engine.generate(["hi"], SamplingParams(max_tokens=2))
+    engine.close()
+
+
+def test_bad_options_are_rejected() -> None:
+    with pytest.raises(ValueError, match="mode must be one of"):
+        OpenAIEngine("http://127.0.0.1:9/v1", model="m", mode="responses")
