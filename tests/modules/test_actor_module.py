@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lightning.fabric import Fabric
 from torch.utils.data import DataLoader
 
 from webrl.modules.actor import ActorModule
@@ -136,3 +137,18 @@ def test_trainer_fit_logs_the_actor_metrics(tiny, trainer_factory):
     assert expected <= set(trainer.callback_metrics)
     assert logprob(actor) > before
     assert not actor.reference.training
+
+
+def test_compute_loss_runs_under_fabric(tiny):
+    model, tokenizer = tiny
+    fabric = Fabric(accelerator="cpu", devices=1)
+    actor = ActorModule(model, tokenizer, lr=1e-4)
+    before = logprob(actor)
+    wrapped, optimizer = fabric.setup(actor, actor.configure_optimizers())
+    wrapped.mark_forward_method("compute_loss")
+    batch = ActorModule.collate(tokenizer, [(PROMPT, ACTION, 1.0)])
+    loss, metrics = wrapped.compute_loss(batch)
+    fabric.backward(loss)
+    optimizer.step()
+    assert metrics["actor/loss"].item() == pytest.approx(1.0)  # π = π_ref at the start: (0 - A)^2 with A = 1
+    assert logprob(actor) > before
