@@ -47,17 +47,18 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     return model
 
 
-def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """A full, unsharded CPU state dict in Hugging Face checkpoint naming, LoRA merged.
+def full_state_dict(model: nn.Module, merge_lora: bool = True) -> dict[str, torch.Tensor]:
+    """A full, unsharded CPU state dict; with `merge_lora`, LoRA folded in and base-model names.
 
     Collective when the model is sharded: every rank must call it; ranks other than 0 get {}.
+    Pass `merge_lora=False` to checkpoint a LoRA module as it is (adapters kept, peft names).
     """
     model = unwrap_model(model)
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
         return {}
     state = {name: tensor.detach().to("cpu") for name, tensor in state.items()}
-    if any(".lora_A." in name for name in state):
+    if merge_lora and any(".lora_A." in name for name in state):
         state = _merge_lora(model, state)
     return state
 

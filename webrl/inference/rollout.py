@@ -1,0 +1,286 @@
+"""Concurrent browser rollouts driven by one inference engine: `collect_rollouts`.
+
+N episodes run at once, each in its own browser context. Every step, the prompts of all live
+episodes go to the engine in ONE `generate` call (batched decoding is where vLLM's speed comes
+from), and the actions then run in the browser concurrently. The batch forms at a soft step
+barrier: the engine waits until every live episode has a prompt ready, or `max_batch_wait_s`
+after the first one, so one slow page never stalls the others for long. A finished episode frees
+its slot at once and the next task starts.
+
+Every step records the exact prompt, the raw response, and the response's token ids and
+log-probabilities when the engine returns them. Finished trajectories stream to the writer
+(`TrajectoryWriter`, one fsynced JSONL line each) as they end, so a crash loses only the episodes
+in flight. Nothing an episode does stops the run: a dead browser, a hung page (per-episode
+timeout) or a prompt the engine rejects ends that episode with status "error" or "timeout" and
+the reason recorded. Only an engine that fails every prompt of a batch stops the run (it is down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from webrl.data.prompts import actor_prompt_for_step
+from webrl.data.trajectory import Step, Task, Trajectory, TrajectoryWriter
+from webrl.env.browser import BrowserConfig, BrowserPool
+from webrl.env.episode import Episode, EpisodeLimits
+from webrl.env.observation import ObservationConfig
+from webrl.inference.engine import Completion, InferenceEngine, SamplingParams
+from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics
+
+log = logging.getLogger(__name__)
+
+PromptBuilder = Callable[[Task, Sequence[Step], str], str]
+"""(task as the episode sees it, steps so far, current page html) -> the exact prompt string."""
+
+
+class EngineDownError(RuntimeError):
+    """The engine failed every prompt of a batch, each one alone too: it is not usable."""
+
+
+@dataclass
+class RolloutResult:
+    """The trajectories in task order, and the run's metrics (see `rollout_metrics`)."""
+
+    trajectories: list[Trajectory]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class _Batcher:
+    """Collects prompts from live episodes and answers them with one engine call per step."""
+
+    def __init__(self, engine: InferenceEngine, sampling: SamplingParams, clock: ActivityClock, max_wait_s: float):
+        self.engine = engine
+        self.sampling = sampling
+        self.clock = clock
+        self.max_wait_s = max_wait_s
+        self.live = 0
+        self.generated_tokens = 0
+        self._pending: list[tuple[str, asyncio.Future]] = []
+        self._changed = asyncio.Event()
+
+    def set_live(self, delta: int) -> None:
+        self.live += delta
+        self._changed.set()
+
+    async def request(self, prompt: str) -> Completion:
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((prompt, future))
+        self._changed.set()
+        return await future
+
+    async def run(self) -> None:
+        while True:
+            await self._gather_batch()
+            batch = [(p, f) for p, f in self._pending if not f.done()]
+            self._pending = []
+            if batch:
+                await self._answer(batch)
+
+    async def _gather_batch(self) -> None:
+        """Wait for a first prompt, then until every live episode has one (or the wait runs out)."""
+        while not any(not f.done() for _, f in self._pending):
+            self._changed.clear()
+            await self._changed.wait()
+        deadline = time.monotonic() + self.max_wait_s
+        while len(self._pending) < self.live and (left := deadline - time.monotonic()) > 0:
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout=left)
+            except asyncio.TimeoutError:
+                return
+
+    async def _answer(self, batch: list[tuple[str, asyncio.Future]]) -> None:
+        prompts = [p for p, _ in batch]
+        try:
+            with self.clock.engine(len(prompts)):
+                completions = await asyncio.to_thread(self.engine.generate, prompts, self.sampling)
+            results: list[Completion | BaseException] = list(completions)
+        except Exception as err:  # noqa: BLE001 - isolate the prompt(s) the engine rejects
+            log.warning("engine failed on a batch of %d prompts (%s); retrying them one by one", len(prompts), err)
+            results = [await self._one(p) for p in prompts]
+            if all(isinstance(r, BaseException) for r in results):
+                error = EngineDownError(f"the engine failed on every prompt of a batch of {len(prompts)}: {err}")
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+                raise error from err
+        for (_, future), result in zip(batch, results, strict=True):
+            if isinstance(result, Completion):
+                self.generated_tokens += len(result.token_ids)
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    async def _one(self, prompt: str) -> Completion | BaseException:
+        try:
+            with self.clock.engine(1):
+                return (await asyncio.to_thread(self.engine.generate, [prompt], self.sampling))[0]
+        except Exception as err:  # noqa: BLE001 - returned to the one episode that sent it
+            return err
+
+
+class _Rollout:
+    """State of one `collect_rollouts` call."""
+
+    def __init__(self, batcher: _Batcher, pool: BrowserPool, backend: Any, prompt_builder: PromptBuilder, **opts: Any):
+        self.batcher = batcher
+        self.clock = batcher.clock
+        self.pool = pool
+        self.backend = backend
+        self.prompt_builder = prompt_builder
+        self.limits: EpisodeLimits = opts["limits"]
+        self.observation: ObservationConfig | None = opts["observation"]
+        self.phase: int = opts["phase"]
+        self.step_latencies: list[float] = []
+
+    async def episode(self, task: Task) -> Trajectory:
+        async with self.pool.episode(task, self.backend, self.limits, self.observation) as episode:
+            # Backstop for a hung page or engine; the episode enforces its own limit between steps.
+            hard_limit = self.limits.episode_timeout_s + 3 * self.limits.action_timeout_s
+            try:
+                await asyncio.wait_for(self._drive(episode), timeout=hard_limit)
+            except asyncio.TimeoutError:
+                self._end(episode, "timeout", f"episode exceeded the hard limit of {hard_limit:g}s")
+            except EngineDownError:
+                raise
+            except Exception as err:  # noqa: BLE001 - one episode's failure must not stop the others
+                self._end(episode, "error", f"{type(err).__name__}: {err}")
+            if episode.trajectory.status != "error":
+                with self.clock.browser():
+                    await episode.evaluate()
+            with self.clock.browser():
+                await episode.close()
+        trajectory = episode.trajectory
+        trajectory.phase = self.phase
+        return trajectory
+
+    async def _drive(self, episode: Episode) -> None:
+        # Live from the start: the first batch then waits for episodes still opening their page.
+        self.batcher.set_live(+1)
+        try:
+            with self.clock.browser():
+                observation = await episode.reset()
+            while not episode.done:
+                prompt = self.prompt_builder(episode.task, episode.trajectory.steps, observation.html)
+                asked = time.perf_counter()
+                completion = await self.batcher.request(prompt)
+                answered = time.perf_counter()
+                with self.clock.browser():
+                    result = await episode.step(completion.text, prompt=prompt)
+                self.step_latencies.append(time.perf_counter() - asked)
+                step = episode.trajectory.steps[-1]
+                step.timings["engine"] = round(answered - asked, 4)
+                step.response_token_ids = completion.token_ids or None
+                step.response_logprobs = completion.logprobs
+                observation = result.observation
+        finally:
+            self.batcher.set_live(-1)
+
+    @staticmethod
+    def _end(episode: Episode, status: str, error: str) -> None:
+        """End an episode the runner had to stop (the episode's own limits did not fire)."""
+        if episode.done:
+            return
+        trajectory = episode.trajectory
+        trajectory.status, trajectory.error = status, error
+        trajectory.final_url = episode.observation.url
+        trajectory.final_observation = episode.observation.html
+
+
+async def collect_rollouts(
+    engine: InferenceEngine,
+    tasks: Sequence[Task],
+    backend: Any,
+    pool: BrowserPool,
+    *,
+    concurrency: int = 8,
+    sampling: SamplingParams | None = None,
+    prompt_builder: PromptBuilder | None = None,
+    writer: TrajectoryWriter | str | Path | None = None,
+    limits: EpisodeLimits | None = None,
+    observation: ObservationConfig | None = None,
+    max_batch_wait_s: float = 0.5,
+    phase: int = 0,
+    progress: bool = True,
+) -> RolloutResult:
+    """Run one episode per task, `concurrency` at a time, sampling actions from `engine`.
+
+    `backend` is the tasks' `SiteBackend`; `pool` a started `BrowserPool` (its own
+    `max_concurrency` also caps how many episodes are open). `prompt_builder` defaults to WebRL's
+    completion-form actor prompt. `writer` (a TrajectoryWriter or a path to append to) receives each
+    trajectory as it ends. Returns trajectories in task order and the metrics.
+    """
+    if concurrency < 1:
+        raise ValueError(f"collect_rollouts concurrency must be >= 1, got {concurrency}")
+    sampling = sampling or SamplingParams()
+    prompt_builder = prompt_builder or actor_prompt_for_step
+    own_writer = isinstance(writer, (str, Path))
+    sink = TrajectoryWriter(writer) if own_writer else writer
+    clock = ActivityClock()
+    batcher = _Batcher(engine, sampling, clock, max_batch_wait_s)
+    run = _Rollout(
+        batcher, pool, backend, prompt_builder, limits=limits or EpisodeLimits(), observation=observation, phase=phase
+    )
+    slots = asyncio.Semaphore(concurrency)
+    bar = tqdm(total=len(tasks), desc="rollouts", unit="ep", disable=not progress)
+    finished: list[Trajectory] = []
+
+    async def one(task: Task) -> Trajectory:
+        async with slots:
+            trajectory = await run.episode(task)
+        if sink is not None:
+            sink.write(trajectory)
+        finished.append(trajectory)
+        bar.update(1)
+        bar.set_postfix(success=f"{sum(t.succeeded for t in finished)}/{len(finished)}")
+        return trajectory
+
+    batch_loop = asyncio.create_task(batcher.run())
+    episodes = asyncio.gather(*(one(task) for task in tasks))
+    try:
+        done, _ = await asyncio.wait({batch_loop, episodes}, return_when=asyncio.FIRST_COMPLETED)
+        if batch_loop in done:
+            episodes.cancel()
+            batch_loop.result()
+        trajectories = list(await episodes)
+    finally:
+        batch_loop.cancel()
+        bar.close()
+        if own_writer and sink is not None:
+            sink.close()
+    metrics = rollout_metrics(trajectories, clock, run.step_latencies, batcher.generated_tokens)
+    return RolloutResult(trajectories, metrics)
+
+
+def collect_rollouts_sync(
+    engine: InferenceEngine,
+    tasks: Sequence[Task],
+    backend: Any,
+    browser: BrowserConfig | None = None,
+    **options: Any,
+) -> RolloutResult:
+    """`collect_rollouts` from synchronous code: starts a BrowserPool, runs, closes it.
+
+    The pool's `max_concurrency` is raised to `options["concurrency"]` when that is larger.
+    """
+    browser = browser or BrowserConfig()
+    concurrency = options.get("concurrency", 8)
+    if browser.max_concurrency < concurrency:
+        browser = BrowserConfig(**{**browser.__dict__, "max_concurrency": concurrency})
+
+    async def main() -> RolloutResult:
+        async with BrowserPool(browser) as pool:
+            return await collect_rollouts(engine, tasks, backend, pool, **options)
+
+    return asyncio.run(main())
