@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import shutil
 import time
 from pathlib import Path
@@ -200,7 +201,11 @@ class PhaseLoop:
         out = self.phase_dir(phase) / "replay_samples.jsonl"
         kept: list[StepSample] = []
         if self.config.replay.enabled and phase > 0:
-            experience = list(self.demonstrations) + self.replay.trajectories()
+            experience = sample_by_steps(
+                list(self.demonstrations) + self.replay.trajectories(),
+                self.config.replay.max_scored_steps,
+                stage_seed(self.config.seed, phase, "replay"),
+            )
             model, tokenizer = self._load_actor_model(self.actor_dir(phase))
             score = actor_scorer(model, tokenizer, max_length=self.config.model.max_length)
             current_steps = sum(len(t.steps) for t in labelled)
@@ -387,3 +392,22 @@ def _save_atomic(state: dict[str, torch.Tensor], path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(state, tmp)
     tmp.replace(path)
+
+
+def sample_by_steps(trajectories: list[Trajectory], max_steps: int, seed: int) -> list[Trajectory]:
+    """A seeded random subset of whole trajectories holding at most `max_steps` steps (all when 0).
+
+    Scoring every stored step under the current actor is the replay filter's cost; on a CPU run a
+    sample keeps it bounded while the kept steps still come from the whole buffer.
+    """
+    if not max_steps or sum(len(t.steps) for t in trajectories) <= max_steps:
+        return trajectories
+    order = list(trajectories)
+    random.Random(seed).shuffle(order)
+    chosen, total = [], 0
+    for trajectory in order:
+        if total + len(trajectory.steps) > max_steps:
+            continue
+        chosen.append(trajectory)
+        total += len(trajectory.steps)
+    return chosen

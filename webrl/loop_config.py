@@ -140,6 +140,8 @@ class ReplayConfig:
 
     enabled: bool = True
     """Mix replayed steps into each phase (False = the 'without replay' ablation)."""
+    max_scored_steps: int = 0
+    """Score at most this many candidate steps per phase, from a seeded sample of whole trajectories (0 = all)."""
     filter: ReplayFilterConfig = field(default_factory=ReplayFilterConfig)
 
 

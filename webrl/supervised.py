@@ -71,11 +71,7 @@ def collect_demonstrations(env: WebEnvironment, out_path: Path, limit: int, conc
         seen = {t.task.task_id for t in read_trajectories(out_path)} if out_path.exists() else set()
         pending = [task for task in tasks if task.task_id not in seen]
         with TrajectoryWriter(out_path, fsync=False) as writer:
-            asyncio.run(
-                run_policy(
-                    pending, ReferenceSolver, env.backend, concurrency=concurrency, limits=env.limits(), writer=writer
-                )
-            )
+            asyncio.run(run_policy(pending, ReferenceSolver, env.backend, concurrency=concurrency, writer=writer))
         done_marker.touch()
     trajectories = read_trajectories(out_path)
     successes = [t for t in trajectories if (t.eval_reward or 0.0) >= 1.0]
@@ -90,6 +86,21 @@ def collect_demonstrations(env: WebEnvironment, out_path: Path, limit: int, conc
     if not successes:
         raise RuntimeError(f"{out_path}: no successful demonstration")
     return successes
+
+
+def suite_fingerprint(config: WebRLConfig) -> str:
+    """What demonstrations depend on: the task suite and, for the embedded sites, the sites and solver code."""
+    if config.env.suite != "embedded":
+        return config.env.suite
+    import webrl.env.sites as sites
+
+    root = Path(sites.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".json", ".html", ".css"):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def base_model_dir(config: WebRLConfig, demonstrations: list[Trajectory]) -> Path:
@@ -213,16 +224,15 @@ def train_orm(
 def ensure_sft(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tuple[Path, list[Trajectory]]:
     """The cached SFT actor (built on first use) and the demonstrations it was trained on."""
     cache = Path(config.model.cache_dir)
-    demo_key = cache_key(
-        config.env.suite, config.env.train_split, config.env.max_steps, config.sft.demo_tasks, config.seed
-    )
+    demo_key = cache_key(suite_fingerprint(config), config.env.train_split, config.sft.demo_tasks, config.seed)
     demos_path = cache / f"demos-{demo_key}.jsonl"
     if fabric.is_global_zero:
         fabric.print(f"[sft] demonstrations: {demos_path} (the reference solver runs once, then it is cached)")
         demos = collect_demonstrations(env, demos_path, config.sft.demo_tasks, config.sft.demo_concurrency)
         base_model_dir(config, demos)
     fabric.barrier()
-    demos = collect_demonstrations(env, demos_path, config.sft.demo_tasks, config.sft.demo_concurrency)
+    if not fabric.is_global_zero:  # rank 0 built them above; the others read the finished file
+        demos = collect_demonstrations(env, demos_path, config.sft.demo_tasks, config.sft.demo_concurrency)
     base = base_model_dir(config, demos)
     if config.model.actor:
         return Path(config.model.actor), demos

@@ -24,7 +24,8 @@ def build_loggers(run_dir: Path, project: str, mode: str, config: dict[str, Any]
     """CSV always; W&B unless `mode` is "disabled". Resumed runs reuse the W&B run id saved in run_dir."""
     if mode not in WANDB_MODES:
         raise ValueError(f"tracking.wandb_mode must be one of {WANDB_MODES}, got {mode!r}")
-    loggers: list[Any] = [CSVLogger(root_dir=str(run_dir), name="metrics", version="")]
+    # A new version directory per launch: a resumed run adds metrics/version_N+1 instead of overwriting.
+    loggers: list[Any] = [CSVLogger(root_dir=str(run_dir), name="metrics")]
     if mode == "disabled":
         return loggers
     from lightning.pytorch.loggers import WandbLogger

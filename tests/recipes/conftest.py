@@ -28,6 +28,7 @@ QUICK = [
     "curriculum.tasks_per_phase=6",
     "rollout.concurrency=6",
     "rollout.max_tokens=32",
+    "replay.max_scored_steps=48",
     "tracking.wandb_mode=offline",
 ]
 

@@ -47,7 +47,7 @@ def test_one_phase_end_to_end(tmp_path, model_cache, recipe_command, run_recipe)
         assert key in phase_one, f"missing metric {key} in {sorted(phase_one)}"
     with (run_dir / "phases.csv").open() as handle:
         assert [row["phase"] for row in csv.DictReader(handle)] == ["0", "1"]
-    assert (run_dir / "metrics" / "metrics.csv").exists()
+    assert list((run_dir / "metrics").glob("version_*/metrics.csv"))
     assert any((run_dir / "wandb").glob("offline-run-*"))
     assert "test %" in result.stdout
 
