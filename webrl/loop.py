@@ -34,7 +34,7 @@ from webrl.data.prompts import build_orm_prompt, uses_chat_template
 from webrl.data.replay import ReplayBuffer, actor_scorer, filter_by_perplexity
 from webrl.data.steps import StepSample, read_samples, write_samples
 from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_trajectories
-from webrl.inference.engine import InferenceEngine
+from webrl.inference.engine import InferenceEngine, build_engine
 from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, success_by_site
@@ -133,8 +133,13 @@ class PhaseLoop:
     def _propose_tasks(self, phase: int) -> tuple[list[Task], dict[str, float]]:
         previous = self.phase_dir(phase - 1)
         state = CurriculumState.load(previous) if (previous / "curriculum_state.json").exists() else None
+        generator = (
+            self._generator() if self.config.curriculum.mode != "template" or self.config.curriculum.judge else None
+        )
         curriculum = Curriculum(
             self.config.curriculum,
+            generator_engine=generator,
+            generator_tokenizer=getattr(generator, "tokenizer", None),
             reinstantiate=self.env.reinstantiate,
             start_observation=self.env.start_observation,
             state=state,
@@ -145,6 +150,17 @@ class PhaseLoop:
         result = curriculum.propose(phase, self.labelled(phase - 1), critic=critic)
         curriculum.state.save(self.phase_dir(phase))
         return result.tasks, result.metrics
+
+    def _generator(self) -> InferenceEngine:
+        """The curriculum's task generator / judge engine, from `model.generator`."""
+        generator = self.config.model.generator
+        if generator.startswith(("http://", "https://")):
+            return build_engine("openai", None, base_url=generator, mode="chat")
+        if generator == "smollm2":
+            from webrl.modules.model_factory import convert_smollm2
+
+            return build_engine("hf", convert_smollm2(Path(self.config.model.cache_dir) / "smollm2-135m-instruct"))
+        return build_engine("hf", generator)
 
     def _critic_scorer(self, phase: int) -> Any:
         critic = CriticModule(self.sft_dir, max_length=self.config.model.max_length)

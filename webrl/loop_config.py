@@ -29,6 +29,9 @@ class ModelConfig:
     """Actor to start WebRL from: a local HF dir; empty = the SFT checkpoint recipes.sft builds and caches."""
     orm: str = ""
     """ORM directory; empty = the ORM recipes.orm trains and caches (used when reward.source=orm)."""
+    generator: str = "smollm2"
+    """Curriculum task generator and feasibility judge (llm/mixed modes): `smollm2`, a local HF dir, or an
+    OpenAI-compatible base URL (http://...) such as a vLLM server of a large model."""
     cache_dir: str = ".cache/webrl"
     """Where the tiny model, SFT and ORM checkpoints are cached between runs."""
     max_length: int = 1024
