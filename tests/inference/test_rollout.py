@@ -251,7 +251,7 @@ class _Hangs:
 
 
 def test_a_hung_engine_call_times_the_episode_out(run, pool, miniwob):
-    limits = EpisodeLimits(episode_timeout_s=1.0, action_timeout_s=2.0)
+    limits = EpisodeLimits(episode_timeout_s=1.0, action_timeout_s=2.0, reset_timeout_s=2.0)
     tasks = miniwob_tasks(["click-button"], seeds=[4])
     result = run(collect_rollouts(_Hangs(), tasks, miniwob, pool, limits=limits, progress=False))
     (trajectory,) = result.trajectories

@@ -147,7 +147,8 @@ class _Rollout:
     async def episode(self, task: Task) -> Trajectory:
         async with self.pool.episode(task, self.backend, self.limits, self.observation) as episode:
             # Backstop for a hung page or engine; the episode enforces its own limit between steps.
-            hard_limit = self.limits.episode_timeout_s + 3 * self.limits.action_timeout_s
+            limits = self.limits
+            hard_limit = limits.episode_timeout_s + limits.reset_timeout_s + 2 * limits.action_timeout_s
             try:
                 await asyncio.wait_for(self._drive(episode), timeout=hard_limit)
             except asyncio.TimeoutError:
