@@ -24,7 +24,7 @@ from webrl.env.episode import EpisodeLimits
 from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
 from webrl.inference.engine import Completion, SamplingParams
 from webrl.inference.hf import HFEngine
-from webrl.inference.rollout import collect_rollouts
+from webrl.inference.rollout import EngineDownError, collect_rollouts
 from webrl.inference.scripted import ScriptedEngine
 
 
@@ -237,6 +237,24 @@ def test_a_prompt_the_engine_rejects_ends_only_its_own_episode(run, pool, miniwo
     assert by_name["click-link"].status == "error"
     assert "too long" in by_name["click-link"].error
     assert by_name["click-button"].eval_reward == 1.0 and by_name["enter-text"].eval_reward == 1.0
+
+
+class _Broken:
+    def generate(self, prompts, params):
+        raise ConnectionError("inference server unreachable")
+
+    def close(self) -> None:
+        return None
+
+
+def test_an_engine_that_is_down_stops_the_run_after_recording_what_finished(run, pool, miniwob, tmp_path):
+    tasks = miniwob_tasks(["click-button"], seeds=[1, 2, 3, 4, 5])
+    out = tmp_path / "down.jsonl"
+    with pytest.raises(EngineDownError, match="3 calls in a row: inference server unreachable"):
+        run(collect_rollouts(_Broken(), tasks, miniwob, pool, concurrency=1, writer=out, progress=False))
+    recorded = read_trajectories(out)
+    assert [t.status for t in recorded] == ["error", "error"]
+    assert all("unreachable" in t.error for t in recorded)
 
 
 class _Hangs:

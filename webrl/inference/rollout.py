@@ -12,7 +12,8 @@ log-probabilities when the engine returns them. Finished trajectories stream to 
 (`TrajectoryWriter`, one fsynced JSONL line each) as they end, so a crash loses only the episodes
 in flight. Nothing an episode does stops the run: a dead browser, a hung page (per-episode
 timeout) or a prompt the engine rejects ends that episode with status "error" or "timeout" and
-the reason recorded. Only an engine that fails every prompt of a batch stops the run (it is down).
+the reason recorded. Only an engine that fails every prompt of 3 calls in a row stops the run
+(`EngineDownError`: it is down).
 """
 
 from __future__ import annotations
@@ -41,8 +42,13 @@ PromptBuilder = Callable[[Task, Sequence[Step], str], str]
 """(task as the episode sees it, steps so far, current page html) -> the exact prompt string."""
 
 
+# An engine that fails every prompt of this many calls in a row (each prompt of a batch retried alone)
+# is down; a prompt it rejects among others only ends its own episode.
+MAX_FAILED_ENGINE_CALLS = 3
+
+
 class EngineDownError(RuntimeError):
-    """The engine failed every prompt of a batch, each one alone too: it is not usable."""
+    """The engine failed every prompt of several calls in a row: it is not usable."""
 
 
 @dataclass
@@ -63,6 +69,7 @@ class _Batcher:
         self.max_wait_s = max_wait_s
         self.live = 0
         self.generated_tokens = 0
+        self.failed_calls = 0
         self._pending: list[tuple[str, asyncio.Future]] = []
         self._changed = asyncio.Event()
 
@@ -104,14 +111,20 @@ class _Batcher:
                 completions = await asyncio.to_thread(self.engine.generate, prompts, self.sampling)
             results: list[Completion | BaseException] = list(completions)
         except Exception as err:  # noqa: BLE001 - isolate the prompt(s) the engine rejects
-            log.warning("engine failed on a batch of %d prompts (%s); retrying them one by one", len(prompts), err)
-            results = [await self._one(p) for p in prompts]
-            if all(isinstance(r, BaseException) for r in results):
-                error = EngineDownError(f"the engine failed on every prompt of a batch of {len(prompts)}: {err}")
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(error)
-                raise error from err
+            if len(prompts) == 1:
+                results = [err]
+            else:
+                log.warning("engine failed on a batch of %d prompts (%s); retrying them one by one", len(prompts), err)
+                results = [await self._one(p) for p in prompts]
+        self.failed_calls = self.failed_calls + 1 if all(isinstance(r, BaseException) for r in results) else 0
+        if self.failed_calls >= MAX_FAILED_ENGINE_CALLS:
+            error = EngineDownError(
+                f"the engine failed every prompt of {self.failed_calls} calls in a row: {results[0]}"
+            )
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            raise error
         for (_, future), result in zip(batch, results, strict=True):
             if isinstance(result, Completion):
                 self.generated_tokens += len(result.token_ids)
