@@ -24,7 +24,7 @@ from webrl.env.episode import EpisodeLimits
 from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
 from webrl.inference.engine import Completion, SamplingParams
 from webrl.inference.hf import HFEngine
-from webrl.inference.rollout import EngineDownError, collect_rollouts
+from webrl.inference.rollout import EngineDownError, collect_rollouts, collect_rollouts_sync
 from webrl.inference.scripted import ScriptedEngine
 
 
@@ -151,6 +151,15 @@ def test_a_real_model_rollout_records_prompts_token_ids_and_logprobs(run, pool, 
         len(s.response_token_ids) for t in result.trajectories for s in t.steps
     )
     assert result.metrics["rollout/gen_tokens_per_s"] > 0
+
+
+def test_the_sync_wrapper_runs_its_own_browser_pool(miniwob):
+    engine = ScriptedEngine.for_miniwob()
+    tasks = miniwob_tasks(["click-link", "click-button"], seeds=[9])
+    result = collect_rollouts_sync(
+        engine, tasks, miniwob, concurrency=2, prompt_builder=engine.wrap(actor_prompt_for_step), progress=False
+    )
+    assert [t.eval_reward for t in result.trajectories] == [1.0, 1.0]
 
 
 class _KillBrowserOnCall:
