@@ -73,6 +73,7 @@ def test_reinstantiated_tasks_are_solved(run, pool, sites, backend):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # hundreds of episodes; on a loaded 2-core machine this takes tens of minutes
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_reference_solver_solves_every_task(run, pool, sites, backend, split):
     tasks = load_suite(split, sites.url_map)
@@ -81,6 +82,7 @@ def test_reference_solver_solves_every_task(run, pool, sites, backend, split):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # hundreds of episodes; on a loaded 2-core machine this takes tens of minutes
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_exit_at_once_scores_zero_on_every_task(run, pool, sites, backend, split):
     tasks = load_suite(split, sites.url_map)
