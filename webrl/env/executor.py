@@ -9,6 +9,11 @@ episode cannot go on.
 Unlike the release, there is no fixed 3 s sleep after each action: a click that starts a
 navigation is awaited by Playwright, then the new document's DOMContentLoaded, and dynamic pages
 can be waited on with the Wait action.
+
+Click and Hover are mouse events at the element's centre, like the release, without Playwright's
+actionability waits (`force=True`): waiting for the element to be stable costs animation frames,
+about 100 ms per click on a busy machine, and a click on a covered element then lands on what
+covers it, as it would for a person.
 """
 
 from __future__ import annotations
@@ -21,28 +26,32 @@ from playwright.async_api import Error as PlaywrightError
 from webrl.env.actions import Action
 from webrl.env.observation import element_selector
 
-# Finds the option whose text (or, failing that, value) matches, case-insensitively as a fallback,
-# so that a missing option is an immediate error instead of select_option waiting for the timeout.
-_FIND_OPTION_JS = """
-(el, wanted) => {
-  if (el.localName !== "select") return -2;
-  const options = Array.from(el.options);
+# One plain evaluate per element action (no Playwright selector engine, whose injected script
+# costs tens of ms to compile per page): does element N exist, does it open a tab, and for a
+# <select>, which option matches the wanted text (exact text, then value, then case-insensitive),
+# so a missing option is an immediate error instead of select_option waiting for its timeout.
+_INSPECT_JS = """
+({selector, wanted}) => {
+  const el = document.querySelector(selector);
+  if (!el) return null;
+  const link = el.closest("a[href]");
+  const info = {opensTab: !!link && link.target === "_blank", isSelect: el.localName === "select", option: -1};
+  if (!info.isSelect || wanted === null) return info;
   const norm = (s) => s.replace(/\\s+/g, " ").trim();
+  const options = Array.from(el.options);
   const tests = [
     (o) => norm(o.textContent) === norm(wanted),
     (o) => o.value === wanted,
     (o) => norm(o.textContent).toLowerCase() === norm(wanted).toLowerCase(),
   ];
   for (const test of tests) {
-    const index = options.findIndex(test);
-    if (index >= 0) return index;
+    info.option = options.findIndex(test);
+    if (info.option >= 0) break;
   }
-  return -1;
+  info.options = options.map((o) => norm(o.textContent));
+  return info;
 }
 """
-
-_OPENS_TAB_JS = "(el) => { const a = el.closest('a[href]'); return !!a && a.target === '_blank'; }"
-_OPTIONS_JS = "(el) => Array.from(el.options).map((o) => o.textContent.replace(/\\s+/g, ' ').trim())"
 
 
 class PageGoneError(RuntimeError):
@@ -55,21 +64,12 @@ def _short(err: BaseException) -> str:
     return text[0][:300] if text else type(err).__name__
 
 
-async def _element(page: Any, action: Action) -> tuple[Any, str | None]:
-    locator = page.locator(element_selector(action.element or ""))
-    if await locator.count() == 0:
-        return None, f"element {action.element} is not in the page (use an id from the current observation)"
-    return locator.first, None
-
-
-async def _select(page: Any, locator: Any, action: Action, timeout_ms: float) -> str | None:
-    index = await locator.evaluate(_FIND_OPTION_JS, action.argument)
-    if index == -2:
+async def _select(locator: Any, info: dict, action: Action, timeout_ms: float) -> str | None:
+    if not info["isSelect"]:
         return f"element {action.element} is not a <select>; click it to open a custom dropdown instead"
-    if index == -1:
-        options = await locator.evaluate(_OPTIONS_JS)
-        return f"element {action.element} has no option {action.argument!r}; options: {options[:20]}"
-    await locator.select_option(index=index, timeout=timeout_ms)
+    if info["option"] < 0:
+        return f"element {action.element} has no option {action.argument!r}; options: {info['options'][:20]}"
+    await locator.select_option(index=info["option"], timeout=timeout_ms)
     return None
 
 
@@ -99,18 +99,21 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
             await page.go_forward(timeout=timeout_ms, wait_until="domcontentloaded")
             return "there is no earlier page in this tab's history"
         return None
-    locator, error = await _element(page, action)
-    if error:
-        return error
+    selector = element_selector(action.element or "")
+    wanted = action.argument if name == "select" else None
+    info = await page.evaluate(_INSPECT_JS, {"selector": selector, "wanted": wanted})
+    if info is None:
+        return f"element {action.element} is not in the page (use an id from the current observation)"
+    locator = page.locator(selector).first
     if name == "click":
-        if await locator.evaluate(_OPENS_TAB_JS):
+        if info["opensTab"]:
             # Wait for the new tab to exist, so the episode can follow it before observing.
             async with page.context.expect_page(timeout=timeout_ms):
-                await locator.click(timeout=timeout_ms)
+                await locator.click(timeout=timeout_ms, force=True)
         else:
-            await locator.click(timeout=timeout_ms)
+            await locator.click(timeout=timeout_ms, force=True)
     elif name == "hover":
-        await locator.hover(timeout=timeout_ms)
+        await locator.hover(timeout=timeout_ms, force=True)
     elif name in ("type", "search"):
         # Replace the content in one go (typing key by key costs a round trip per character), then
         # type the last character as a real keystroke so key-driven widgets (autocomplete) react.
@@ -121,7 +124,7 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
         if name == "search":
             await locator.press("Enter", timeout=timeout_ms)
     elif name == "select":
-        return await _select(page, locator, action, timeout_ms)
+        return await _select(locator, info, action, timeout_ms)
     else:
         raise ValueError(f"no executor for action {name!r}")
     return None
