@@ -80,7 +80,6 @@ class PhaseLoop:
         self.run_dir = Path(config.output_dir)
         self.state_path = self.run_dir / "run_state.json"
         self.state = RunState.load(self.state_path)
-        self.replay = ReplayBuffer(self.run_dir / "replay")
 
     # ----------------------------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]]:
@@ -97,6 +96,11 @@ class PhaseLoop:
                 self._finish_stage(phase, stage, metrics)
             self._checkpoint(phase)
         return self.state.history
+
+    @property
+    def replay(self) -> ReplayBuffer:
+        """The replay buffer as it is on disk now (rank 0 writes it; every rank reads it fresh)."""
+        return ReplayBuffer(self.run_dir / "replay")
 
     # ---------------------------------------------------------------------------------------------- paths
     def phase_dir(self, phase: int) -> Path:
