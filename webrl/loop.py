@@ -153,7 +153,22 @@ class PhaseLoop:
         critic = self._critic_scorer(phase) if self.critic_path(phase - 1) is not None else None
         result = curriculum.propose(phase, self.labelled(phase - 1), critic=critic)
         curriculum.state.save(self.phase_dir(phase))
-        return result.tasks, result.metrics
+        tasks = self._top_up(phase, result.tasks)
+        return tasks, {**result.metrics, "curriculum/topped_up": float(len(tasks) - len(result.tasks))}
+
+    def _top_up(self, phase: int, tasks: list[Task]) -> list[Task]:
+        """Fill a phase the curriculum left short (few failures to grow from) with unused training tasks.
+
+        A phase with no tasks could not train; topping up from the training split keeps the phase
+        size constant, and `curriculum/topped_up` says how many tasks came from there.
+        """
+        missing = self.config.curriculum.tasks_per_phase - len(tasks)
+        if missing <= 0:
+            return tasks
+        used = {task.intent for earlier in range(phase) for task in self.tasks(earlier)} | {t.intent for t in tasks}
+        pool = [t for t in self.env.suite(self.config.env.train_split, 0, self.config.seed) if t.intent not in used]
+        extra = random.Random(stage_seed(self.config.seed, phase, "curriculum")).sample(pool, min(missing, len(pool)))
+        return tasks + extra
 
     def _generator(self) -> InferenceEngine:
         """The curriculum's task generator / judge engine, from `model.generator`."""

@@ -105,3 +105,24 @@ def test_config_errors_name_the_key(tmp_path, model_cache, recipe_command, run_r
         result = run_recipe(recipe_command("recipes.webrl", tmp_path / "bad", model_cache, override), timeout=120)
         assert result.returncode != 0
         assert named in result.stderr, result.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "model_parallel"])
+def test_two_process_phase(tmp_path, model_cache, recipe_command, run_recipe, strategy):
+    """Two processes (gloo on CPU): rollouts sharded by rank, training under DDP or FSDP2, one result."""
+    run_dir = tmp_path / "run"
+    command = recipe_command("recipes.webrl", run_dir, model_cache, f"fabric.strategy={strategy}", "fabric.devices=2")
+    result = run_recipe(command, timeout=1800)
+    assert result.returncode == 0, result.stderr[-4000:]
+    state = json.loads((run_dir / "run_state.json").read_text())
+    assert [record["phase"] for record in state["history"]] == [0, 1]
+    for phase in (0, 1):
+        phase_dir = run_dir / f"phase_{phase:03d}"
+        shards = [read_trajectories(phase_dir / f"rollouts.rank{rank}.jsonl") for rank in (0, 1)]
+        ids = [t.task.task_id for shard in shards for t in shard]
+        tasks = json.loads((phase_dir / "tasks.json").read_text())
+        assert sorted(ids) == sorted(task["task_id"] for task in tasks), "each task rolled out once, across ranks"
+        assert all(shards), "both ranks rolled out"
+    assert (run_dir / "phase_001" / "actor" / "config.json").exists()
+    assert "critic/loss" in state["history"][1] and "actor/loss" in state["history"][1]
