@@ -24,6 +24,7 @@ def no_system_browser(monkeypatch, tmp_path):
     monkeypatch.delenv(chromium.ENV_VAR, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     monkeypatch.setattr(chromium, "SYSTEM_PATHS", ())
+    monkeypatch.setattr(chromium, "HEADLESS_SHELL_PATHS", ())
     monkeypatch.setenv("PLAYWRIGHT_BROWSERS_PATH", str(tmp_path / "ms-playwright"))
     return tmp_path
 
@@ -46,24 +47,37 @@ def test_system_chromium_on_path(no_system_browser, monkeypatch):
     assert find_chromium() == str(binary)
 
 
+def test_headless_shell_is_preferred_for_headless_runs(no_system_browser, monkeypatch):
+    full = _fake_binary(no_system_browser / "bin" / "chromium")
+    shell = _fake_binary(no_system_browser / "lib" / "chromium-headless-shell")
+    monkeypatch.setenv("PATH", str(full.parent))
+    assert find_chromium() == str(full)
+    monkeypatch.setattr(chromium, "HEADLESS_SHELL_PATHS", (str(shell),))
+    assert find_chromium() == str(shell)
+    assert find_chromium(headless=False) == str(full)
+
+
 def test_playwright_managed_browser_newest_first(no_system_browser):
     cache = no_system_browser / "ms-playwright"
     _fake_binary(cache / "chromium-1100" / "chrome-linux" / "chrome")
     newest = _fake_binary(cache / "chromium-1200" / "chrome-linux" / "chrome")
     assert find_chromium() == str(newest)
+    shell = _fake_binary(cache / "chromium_headless_shell-1200" / "chrome-linux" / "headless_shell")
+    assert find_chromium() == str(shell)
+    assert find_chromium(headless=False) == str(newest)
 
 
 def test_no_browser_says_what_to_run(no_system_browser, capsys):
     with pytest.raises(ChromiumNotFoundError, match="python -m webrl.env.setup_browser"):
         find_chromium()
     assert setup_browser.main(["--check"]) == 1
-    assert "apt-get install -y chromium" in capsys.readouterr().err
+    assert "apt-get install -y chromium-headless-shell chromium" in capsys.readouterr().err
 
 
 def test_setup_browser_prints_the_command_when_not_root(no_system_browser, monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert setup_browser.main([]) == 1
-    assert "sudo apt-get update && sudo apt-get install -y chromium" in capsys.readouterr().err
+    assert "sudo apt-get update && sudo apt-get install -y chromium-headless-shell chromium" in capsys.readouterr().err
 
 
 def test_setup_browser_installs_with_apt_as_root(no_system_browser, monkeypatch, capsys):

@@ -38,7 +38,7 @@ class BrowserConfig:
     """How the pool launches Chromium and how many episodes share it."""
 
     executable_path: str | None = None
-    """Chromium binary; None searches WEBRL_CHROMIUM, the system, then Playwright's cache."""
+    """Chromium binary; None searches WEBRL_CHROMIUM, the system (a headless shell first), then Playwright's cache."""
     headless: bool = True
     """Run without a window (the only option on servers)."""
     max_concurrency: int = 8
@@ -62,7 +62,7 @@ class BrowserPool:
 
     def __init__(self, config: BrowserConfig | None = None) -> None:
         self.config = config or BrowserConfig()
-        self.executable_path = find_chromium(self.config.executable_path)
+        self.executable_path = find_chromium(self.config.executable_path, headless=self.config.headless)
         self.launches = 0
         self.relaunches = 0
         self._playwright: Any = None

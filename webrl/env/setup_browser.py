@@ -15,7 +15,9 @@ import sys
 
 from webrl.env.chromium import ENV_VAR, ChromiumNotFoundError, find_chromium
 
-APT_COMMANDS = (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", "chromium"])
+# The headless shell is what episodes run in (much cheaper per context); chromium is there for headful debugging.
+APT_PACKAGES = ["chromium-headless-shell", "chromium"]
+APT_COMMANDS = (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", *APT_PACKAGES])
 
 
 def _version(path: str) -> str:
@@ -39,7 +41,7 @@ def ensure_chromium(install: bool = True) -> str:
         where = "as root" if shutil.which("apt-get") else "with your system's package manager"
         raise ChromiumNotFoundError(
             "no Chromium found. Install one "
-            f"{where}: `sudo apt-get update && sudo apt-get install -y chromium` "
+            f"{where}: `sudo apt-get update && sudo apt-get install -y chromium-headless-shell chromium` "
             "(or `python -m playwright install chromium` where downloads work), then run this again"
         )
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
