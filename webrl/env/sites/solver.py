@@ -154,8 +154,8 @@ def respond(task: Task, plan: Sequence[Move], history: Sequence[str], observatio
 class ReferenceSolver:
     """The reference solver for one episode of an embedded-site task.
 
-        solver = ReferenceSolver(task)
-        response = solver.act(observation.html)   # call once per step, until it returns exit(...)
+    solver = ReferenceSolver(task)
+    response = solver.act(observation.html)   # call once per step, until it returns exit(...)
     """
 
     def __init__(self, task: Task) -> None:
