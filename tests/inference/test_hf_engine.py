@@ -75,3 +75,14 @@ def test_a_prompt_longer_than_the_model_is_an_error_naming_it(tiny_model_dir, pr
     engine = HFEngine(tiny_model_dir, max_model_len=20)
     with pytest.raises(ValueError, match="prompt 0 has .* tokens; the model accepts fewer than 20"):
         engine.generate([prompts[0], "short"], SamplingParams(max_tokens=2))
+
+
+def test_decoding_threads_are_set_per_call_and_the_callers_setting_restored(tiny_model_dir, prompts) -> None:
+    engine = HFEngine(tiny_model_dir, num_threads=1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        engine.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=2))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -87,6 +87,19 @@ def test_sleep_and_wake_are_logged_no_ops_on_cpu(engine, prompts, caplog) -> Non
     assert engine.generate(prompts[:1], GREEDY)[0].token_ids == before
 
 
+def test_the_engine_leaves_torch_threads_to_the_caller(engine, prompts) -> None:
+    # The CPU worker replaces torch.set_num_threads with a no-op; the engine puts the real one back.
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        engine.generate(prompts[:1], GREEDY)
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def _train_a_little(model, tokenizer, steps: int) -> None:
     """A few real optimizer steps of language modelling on an action string."""
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
