@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from webrl.data.prompts import DEFAULT_MAX_CHARS, build_actor_prompt
-from webrl.data.trajectory import Trajectory, TrajectoryFileError
+from webrl.data.trajectory import Trajectory, TrajectoryFileError, write_jsonl_atomic
 
 
 @dataclass
@@ -144,15 +144,7 @@ def trajectory_to_samples(
 
 def write_samples(path: str | os.PathLike, samples: Iterable[StepSample]) -> None:
     """Write step samples as JSONL atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for sample in samples:
-            handle.write(json.dumps(sample.to_dict(), ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_jsonl_atomic(path, (sample.to_dict() for sample in samples))
 
 
 def iter_samples(path: str | os.PathLike) -> Iterator[StepSample]:

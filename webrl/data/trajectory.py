@@ -247,12 +247,17 @@ def read_trajectories(path: str | os.PathLike) -> list[Trajectory]:
 
 def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> None:
     """Write a whole file atomically (temp file + rename), replacing any earlier content."""
+    write_jsonl_atomic(path, (trajectory.to_dict() for trajectory in trajectories))
+
+
+def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> None:
+    """Write JSON records one per line to a temp file, fsync it, then rename it over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with tmp.open("w", encoding="utf-8") as handle:
-        for trajectory in trajectories:
-            handle.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
