@@ -126,7 +126,8 @@ class Trajectory:
     """A whole episode of one task, with its outcome labels.
 
     `status` says how it ended: "exit" (the agent answered), "max_steps", "repeated_action",
-    "parse_failures", "timeout" or "error" (the browser or the site failed; see `error`).
+    "parse_failures", "timeout", "site_done" (the site ended the episode itself, as MiniWoB++ does)
+    or "error" (the browser or the site failed; see `error`).
     `eval_reward` comes from the task's programmatic evaluator, `orm_score`/`orm_reward` from the
     ORM; `outcome` is the reward training uses, chosen by the labelling stage.
     """
