@@ -273,7 +273,7 @@ class PhaseLoop:
             name="critic",
             step_offset=phase * PHASE_STEPS,
         )
-        state = full_state_dict(module)  # a collective under sharding: every rank calls it
+        state = full_state_dict(module, merge_lora=False)  # a collective under sharding: every rank calls it
         if self.fabric.is_global_zero:
             _save_atomic(state, self.phase_dir(phase) / "critic.pt")
         self.fabric.barrier()
@@ -365,8 +365,15 @@ class PhaseLoop:
 
     def _sync_engine(self, actor_dir: Path) -> None:
         """Point the engine at `actor_dir` unless it already serves it (a reload costs seconds)."""
-        if Path(getattr(self.engine, "model_path", "")) != actor_dir:
-            self.engine.reload(actor_dir)
+        if Path(getattr(self.engine, "model_path", "")) == actor_dir:
+            return
+        reload = getattr(self.engine, "reload", None)
+        if reload is None:
+            raise ValueError(
+                f"rollout.engine={self.config.rollout.engine} cannot load new actor weights: use hf or vllm for WebRL "
+                "rollouts (an OpenAI-compatible server fits model.generator or evaluation)"
+            )
+        reload(actor_dir)
 
     def _load_actor_model(self, path: Path) -> tuple[Any, Any]:
         from webrl.modules.lm import load_model_and_tokenizer
