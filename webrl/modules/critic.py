@@ -50,6 +50,12 @@ def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
     return width - 1 - attention_mask.long().flip(-1).argmax(-1)
 
 
+def at_last_token(values: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Each row's entry at its last real token, for any padding side; (B, T, ...) → (B, ...)."""
+    rows = torch.arange(values.shape[0], device=values.device)
+    return values[rows, last_token_index(attention_mask)]
+
+
 class CriticModule(WebRLModule):
     """Double-head value critic on an LM trunk; `values(prompts)` scores states, `compute_loss` trains it.
 
@@ -88,8 +94,7 @@ class CriticModule(WebRLModule):
             position_ids=position_ids_from_mask(attention_mask),
             use_cache=False,
         ).last_hidden_state  # (B, T, D)
-        rows = torch.arange(hidden.shape[0], device=hidden.device)
-        feature = hidden[rows, last_token_index(attention_mask)]  # (B, D)
+        feature = at_last_token(hidden, attention_mask)  # (B, D)
         feature = feature.to(self.heads[0][0].weight.dtype)
         return torch.stack([head(feature) for head in self.heads])  # (H, B, 2)
 

@@ -27,7 +27,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from webrl.modules.base import WebRLModule
-from webrl.modules.critic import last_token_index
+from webrl.modules.critic import at_last_token
 from webrl.modules.lm import encode_prompt, load_model_and_tokenizer, pad_batch, position_ids_from_mask
 from webrl.modules.losses import orm_loss, yes_probability
 
@@ -80,8 +80,7 @@ class OutcomeRewardModule(WebRLModule):
             position_ids=position_ids_from_mask(attention_mask),
             use_cache=False,
         ).logits  # (B, T, V)
-        rows = torch.arange(logits.shape[0], device=logits.device)
-        return logits[rows, last_token_index(attention_mask)]  # (B, V)
+        return at_last_token(logits, attention_mask)  # (B, V)
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         last_logits = self(batch["input_ids"], batch["attention_mask"])  # (B, V)
