@@ -181,9 +181,14 @@ class PhaseLoop:
             return build_engine("hf", convert_smollm2(Path(self.config.model.cache_dir) / "smollm2-135m-instruct"))
         return build_engine("hf", generator)
 
-    def _critic_scorer(self, phase: int) -> Any:
+    def _load_critic(self, path: Path) -> CriticModule:
+        """A critic on the SFT trunk with the weights a critic stage saved at `path`."""
         critic = CriticModule(self.sft_dir, max_length=self.config.model.max_length)
-        critic.load_state_dict(torch.load(self.critic_path(phase - 1), map_location="cpu", weights_only=True))
+        critic.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        return critic
+
+    def _critic_scorer(self, phase: int) -> Any:
+        critic = self._load_critic(self.critic_path(phase - 1))
         return lambda prompts: critic.values(prompts).tolist()
 
     def _rollouts(self, phase: int) -> dict[str, float]:
@@ -285,8 +290,7 @@ class PhaseLoop:
         settings = self.config.actor.train
         model, tokenizer = self._load_actor_model(self.actor_dir(phase))
         actor = ActorModule(model, tokenizer, loss=self.config.actor.loss, lr=settings.lr)
-        critic = CriticModule(self.sft_dir, max_length=self.config.model.max_length)
-        critic.load_state_dict(torch.load(self.critic_path(phase), map_location="cpu", weights_only=True))
+        critic = self._load_critic(self.critic_path(phase))
         critic.requires_grad_(False)
         actor.attach_critic(critic.to(self.fabric.device))
         data = self._datamodule(
