@@ -30,7 +30,7 @@ from lightning.fabric import Fabric
 from webrl.data.curriculum import Curriculum
 from webrl.data.curriculum_state import CurriculumState
 from webrl.data.datamodule import ReplayDataModule
-from webrl.data.prompts import build_orm_prompt, uses_chat_template
+from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import ReplayBuffer, actor_scorer, filter_by_perplexity
 from webrl.data.steps import StepSample, read_samples, write_samples
 from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_trajectories
@@ -40,8 +40,8 @@ from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, success_by_site
 from webrl.modules.actor import ActorModule
 from webrl.modules.critic import CriticModule
-from webrl.modules.orm import OutcomeRewardModule
 from webrl.run_state import STAGES, RunState, seed_everything_for, stage_seed, write_json_atomic
+from webrl.supervised import label_with_orm
 from webrl.tracking import append_csv, log_trajectory_table
 from webrl.training import train_module
 from webrl.web_environment import WebEnvironment
@@ -205,7 +205,14 @@ class PhaseLoop:
         trajectories = self.rollouts(phase)
         if self.fabric.is_global_zero:
             if self.config.reward.source == "orm":
-                self._score_with_orm(trajectories)
+                if self.orm_dir is None:
+                    raise ValueError("reward.source=orm needs an ORM (model.orm, or let recipes.webrl train one)")
+                label_with_orm(
+                    self.orm_dir,
+                    trajectories,
+                    max_length=self.config.model.max_length,
+                    threshold=self.config.reward.threshold,
+                )
             for trajectory in trajectories:
                 source = trajectory.orm_reward if self.config.reward.source == "orm" else trajectory.eval_reward
                 trajectory.outcome = float(source or 0.0)
@@ -216,25 +223,6 @@ class PhaseLoop:
         metrics.update({f"train_eval/{k}": v for k, v in success_by_site(labelled, key="eval_reward").items()})
         metrics.update(agreement(labelled))
         return metrics
-
-    def _score_with_orm(self, trajectories: list[Trajectory]) -> None:
-        if self.orm_dir is None:
-            raise ValueError("reward.source=orm needs an ORM (model.orm, or let recipes.webrl train one)")
-        orm = OutcomeRewardModule(self.orm_dir, max_length=self.config.model.max_length)
-        chat = orm.tokenizer if uses_chat_template(orm.tokenizer) else None
-        prompts = [
-            build_orm_prompt(
-                t.task.intent,
-                [s.response for s in t.steps],
-                t.steps[-1].observation if t.steps else t.final_observation,
-                chat_template_tokenizer=chat,
-            )
-            for t in trajectories
-        ]
-        scores = orm.score_prompts(prompts).tolist() if prompts else []
-        for trajectory, score in zip(trajectories, scores, strict=True):
-            trajectory.orm_score = float(score)
-            trajectory.orm_reward = 1.0 if score >= self.config.reward.threshold else 0.0
 
     def _replay(self, phase: int) -> dict[str, float]:
         labelled = self.labelled(phase)

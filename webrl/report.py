@@ -31,8 +31,43 @@ def format_phase_table(history: list[dict[str, Any]]) -> str:
                 f"{record.get('time/phase_s', 0.0) / 60:.1f}",
             ]
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    return _align(rows)
+
+
+def format_comparison(history: list[dict[str, Any]], baselines: dict[str, dict[str, float]]) -> str:
+    """Held-out success of SFT (phase 0), each baseline and each WebRL phase: the learning table.
+
+    `history` is a WebRL run's phase records (`test/...` keys); `baselines` maps a name to one
+    evaluation's metrics (`success_rate`, `success_rate/<site>`).
+    """
+    rows: list[tuple[str, dict[str, float]]] = []
+    strip = len("test/")
+    phases = {int(r["phase"]): {k[strip:]: v for k, v in r.items() if k.startswith("test/")} for r in history}
+    if 0 in phases:
+        rows.append(("SFT", phases.pop(0)))
+    rows.extend(baselines.items())
+    rows.extend((f"WebRL phase {phase}", metrics) for phase, metrics in sorted(phases.items()))
+    sites = sorted({key.split("/", 1)[1] for _, metrics in rows for key in metrics if key.startswith("success_rate/")})
+    table = [["method", "test %", *[f"{site} %" for site in sites], "episodes"]]
+    for name, metrics in rows:
+        table.append(
+            [
+                name,
+                _pct(metrics.get("success_rate")),
+                *[_pct(metrics.get(f"success_rate/{site}")) for site in sites],
+                str(int(metrics.get("episodes", 0))),
+            ]
+        )
+    return _align(table)
+
+
+def _align(rows: list[list[str]]) -> str:
+    """Right-aligned columns (the first left-aligned) with a rule under the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for first, *rest in rows:
+        cells = [cell.rjust(width) for cell, width in zip(rest, widths[1:], strict=True)]
+        lines.append("  ".join([first.ljust(widths[0]), *cells]))
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
 

@@ -29,7 +29,7 @@ from webrl.loop_config import WebRLConfig
 from webrl.modules.orm import OutcomeRewardModule
 from webrl.modules.sft import SFTModule
 from webrl.run_state import write_json_atomic
-from webrl.training import train_module
+from webrl.training import StageSettings, train_module
 from webrl.web_environment import WebEnvironment
 
 DONE_MARKER = "webrl_done.json"
@@ -142,10 +142,16 @@ def sft_dir(config: WebRLConfig, base: Path) -> Path:
 
 
 def train_sft(
-    config: WebRLConfig, fabric: Fabric, base: Path, trajectories: list[Trajectory], target: Path, name: str = "sft"
+    config: WebRLConfig,
+    fabric: Fabric,
+    base: Path,
+    trajectories: list[Trajectory],
+    target: Path,
+    *,
+    settings: StageSettings,
+    name: str = "sft",
 ) -> dict[str, float]:
     """Behaviour cloning on every step of `trajectories` (demonstrations, or Filtered BC's kept rollouts)."""
-    settings = config.sft.train
     module = SFTModule(base, lr=settings.lr)
     data = ReplayDataModule(
         module.tokenizer,
@@ -168,19 +174,18 @@ def train_sft(
     return metrics
 
 
+def orm_prompt(trajectory: Trajectory, tokenizer: Any) -> str:
+    """The ORM's prompt for `trajectory`: its intent, every action, and the page its last action was taken on."""
+    chat = tokenizer if uses_chat_template(tokenizer) else None
+    final_html = trajectory.steps[-1].observation if trajectory.steps else trajectory.final_observation
+    responses = [step.response for step in trajectory.steps]
+    return build_orm_prompt(trajectory.task.intent, responses, final_html, chat_template_tokenizer=chat)
+
+
 def orm_examples(trajectories: list[Trajectory], tokenizer: Any, seed: int) -> list[tuple[str, float]]:
     """(ORM prompt, label) pairs, labels from the evaluators, classes balanced by subsampling the larger."""
-    chat = tokenizer if uses_chat_template(tokenizer) else None
     labelled = [t for t in trajectories if t.eval_reward is not None and t.steps]
-    pairs = [
-        (
-            build_orm_prompt(
-                t.task.intent, [s.response for s in t.steps], t.steps[-1].observation, chat_template_tokenizer=chat
-            ),
-            1.0 if t.eval_reward >= 0.5 else 0.0,
-        )
-        for t in labelled
-    ]
+    pairs = [(orm_prompt(t, tokenizer), 1.0 if t.eval_reward >= 0.5 else 0.0) for t in labelled]
     positives = [p for p in pairs if p[1] == 1.0]
     negatives = [p for p in pairs if p[1] == 0.0]
     if not positives or not negatives:
@@ -190,6 +195,16 @@ def orm_examples(trajectories: list[Trajectory], tokenizer: Any, seed: int) -> l
     balanced = rng.sample(positives, size) + rng.sample(negatives, size)
     rng.shuffle(balanced)
     return balanced
+
+
+def label_with_orm(orm_dir: Path, trajectories: list[Trajectory], *, max_length: int, threshold: float) -> None:
+    """Set each trajectory's `orm_score` (the ORM's P(YES)) and `orm_reward` (1 when the score reaches `threshold`)."""
+    orm = OutcomeRewardModule(orm_dir, max_length=max_length)
+    prompts = [orm_prompt(t, orm.tokenizer) for t in trajectories]
+    scores = orm.score_prompts(prompts).tolist() if prompts else []
+    for trajectory, score in zip(trajectories, scores, strict=True):
+        trajectory.orm_score = float(score)
+        trajectory.orm_reward = 1.0 if score >= threshold else 0.0
 
 
 def train_orm(
@@ -239,7 +254,7 @@ def ensure_sft(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tupl
     target = sft_dir(config, base)
     if not is_built(target):
         fabric.print(f"[sft] training {target.name} on {sum(len(t.steps) for t in demos)} demonstration steps")
-        train_sft(config, fabric, base, demos, target)
+        train_sft(config, fabric, base, demos, target, settings=config.sft.train)
     return target, demos
 
 

@@ -123,6 +123,17 @@ def test_each_release_choice_alone():
     assert actor_loss(logp, ref, count, adv, capped)[0].item() == pytest.approx((0.36 + 0.81) / 4)
 
 
+def test_policy_gradient_objective_ignores_the_reference():
+    logp, ref, count, adv = release_case()
+    # -A * sum logp: 1*1 + (-.6*3 -> -1.8) + .1 + .2 -> (1 - 1.8 + .1 + .2) / 4 = -.125
+    loss, _ = actor_loss(logp, ref, count, adv, ActorLossConfig(objective="policy_gradient"))
+    assert loss.item() == pytest.approx(-0.125)
+    assert actor_loss(logp, ref * 7, count, adv, ActorLossConfig(objective="policy_gradient"))[0].item() == loss.item()
+    # per-token mean of log pi: 1*.5 - .6*.75 + .1 + .1 -> (.5 - .45 + .1 + .1) / 4 = .0625
+    mean = ActorLossConfig(objective="policy_gradient", logratio="mean")
+    assert actor_loss(logp, ref, count, adv, mean)[0].item() == pytest.approx(0.0625)
+
+
 def test_capped_beta_survives_a_zero_logratio():
     loss, stats = actor_loss(t(-1.0), t(-1.0), t(2), t(1.0), ActorLossConfig.release())
     # lr = 0: the cap is |1/0| = inf, beta stays 1; SmoothL1(0, 1) = .5

@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader
 
 from webrl.data.prompts import build_orm_prompt
 from webrl.modules.lm import encode_prompt
-from webrl.modules.orm import OutcomeRewardModule, single_token_id
+from webrl.modules.orm import OutcomeRewardModule, default_answer_words, single_token_id
 
 LABELLED = [
     (build_orm_prompt("buy the red shirt", ['do(action="Click", element="2")'], "<p>Order placed</p>"), 1.0),
@@ -25,6 +25,24 @@ def test_answer_words_must_be_single_tokens(tiny):
     assert single_token_id(tokenizer, "YES") == tokenizer.convert_tokens_to_ids("YES")
     with pytest.raises(ValueError, match="'Maybe so'"):
         single_token_id(tokenizer, "Maybe so")
+
+
+def word_tokenizer(words: list[str]):
+    """A whitespace word-level tokenizer holding exactly `words` (plus [UNK]): a vocabulary we control."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {word: i for i, word in enumerate(["[UNK]", *words])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
+
+
+def test_answer_words_default_to_the_first_single_token_pair(tiny):
+    assert default_answer_words(tiny[1]) == ("YES", "NO")
+    assert default_answer_words(word_tokenizer(["Yes", "No", "maybe"])) == ("Yes", "No")
+    with pytest.raises(ValueError, match="answer_words"):
+        default_answer_words(word_tokenizer(["maybe"]))
 
 
 def test_score_is_yes_over_yes_plus_no_at_the_last_token(tiny):

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 _FORMS = ("paper", "release")
+OBJECTIVES = ("squared", "smooth_l1", "policy_gradient")
 
 
 def mc_returns(rewards: torch.Tensor, gamma: float = 0.9) -> torch.Tensor:
@@ -135,7 +136,9 @@ class ActorLossConfig:
     """Each choice of the actor objective; `paper()` (the default) and `release()` are the two presets."""
 
     objective: str = "squared"
-    """"squared": (β·logratio − A)² [P eq. 5]; "smooth_l1": SmoothL1(β·logratio, A) [C]."""
+    """"squared": (β·logratio − A)² [P eq. 5]; "smooth_l1": SmoothL1(β·logratio, A) [C];
+    "policy_gradient": −A·log π, no KL term: the paper's "WebRL without KL" ablation (REINFORCE with
+    the critic as baseline, Fig. 5). `logratio` still chooses sum or per-token mean of log π."""
     logratio: str = "sum"
     """"sum": sequence log-ratio Σlogπ − Σlogπ_ref [P]; "mean": per action token [C]."""
     beta: float = 1.0
@@ -158,8 +161,8 @@ class ActorLossConfig:
     """[C] `add_sft_loss`: weight of −Σlogπ·exp(1 − p̄) on positives, p̄ = policy geometric-mean prob (detached)."""
 
     def __post_init__(self) -> None:
-        if self.objective not in ("squared", "smooth_l1"):
-            raise ValueError(f"actor_loss.objective must be 'squared' or 'smooth_l1', got {self.objective!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"actor_loss.objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.logratio not in ("sum", "mean"):
             raise ValueError(f"actor_loss.logratio must be 'sum' or 'mean', got {self.logratio!r}")
         if self.beta <= 0 or self.beta_confident <= 0:
@@ -192,7 +195,8 @@ def actor_loss(
     advantage: torch.Tensor,
     config: ActorLossConfig,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """KL-regularised actor loss; inputs (B,): Σ action-token log-probs under π and π_ref, token counts, A.
+    """The actor loss (KL-regularised unless `policy_gradient`); inputs (B,): Σ action-token log-probs under π
+    and π_ref, token counts, A.
 
     Returns the scalar loss (mean over the batch, masked samples counting as zero, as [C] does)
     and detached statistics: logratio, beta, advantage_mean, masked_frac, ref_prob, sft_loss.
@@ -217,7 +221,10 @@ def actor_loss(
         beta = torch.minimum(beta, torch.nan_to_num(cap, nan=float("inf"))).clamp(min=1e-6)
     beta = beta.detach()
     scaled = beta * logratio  # (B,)
-    if config.objective == "squared":
+    if config.objective == "policy_gradient":
+        logp = logp_sum / count if config.logratio == "mean" else logp_sum  # (B,)
+        per_sample = -advantage.to(logp.dtype) * logp  # (B,)
+    elif config.objective == "squared":
         per_sample = (scaled - advantage) ** 2  # (B,)
     else:
         per_sample = F.smooth_l1_loss(scaled, advantage.to(scaled.dtype), reduction="none")  # (B,)

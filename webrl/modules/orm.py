@@ -10,7 +10,8 @@ The prompt text is built by `webrl.data.prompts.build_orm_prompt`; this module s
 prompt strings (`score_prompts`) and, when that builder is importable, raw parts (`score`).
 
 Both answer words must be single tokens of the tokenizer: the tiny tokenizer of
-`webrl.modules.model_factory` adds "YES"/"NO" to its vocabulary; for SmolLM2 use ("Yes", "No").
+`webrl.modules.model_factory` adds "YES"/"NO" to its vocabulary; without `answer_words` the first
+single-token pair of `ANSWER_WORD_CANDIDATES` is used (("Yes", "No") for SmolLM2).
 
 Batch schema (`OutcomeRewardModule.collate` from (prompt, label) pairs):
 - `input_ids`, `attention_mask`: (B, T) long, the prompt (any padding side);
@@ -32,12 +33,31 @@ from webrl.modules.lm import encode_prompt, load_model_and_tokenizer, pad_batch,
 from webrl.modules.losses import orm_loss, yes_probability
 
 SUCCESS_THRESHOLD = 0.5
+ANSWER_WORD_CANDIDATES = (("YES", "NO"), ("Yes", "No"), (" YES", " NO"), (" Yes", " No"))
+"""Answer pairs tried in order when none is given: the release's YES/NO first, then spellings that
+pretrained BPE vocabularies (SmolLM2's, Llama's) hold as single tokens."""
+
+
+def default_answer_words(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str]:
+    """The first pair of `ANSWER_WORD_CANDIDATES` whose two words are single tokens of `tokenizer`."""
+    for yes, no in ANSWER_WORD_CANDIDATES:
+        if _is_single_token(tokenizer, yes) and _is_single_token(tokenizer, no):
+            return yes, no
+    raise ValueError(
+        f"{type(tokenizer).__name__} holds none of {ANSWER_WORD_CANDIDATES} as single tokens: pass answer_words"
+    )
+
+
+def _is_single_token(tokenizer: PreTrainedTokenizerBase, word: str) -> bool:
+    """`word` encodes to one token that is not the unknown token."""
+    ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+    return len(ids) == 1 and ids[0] != tokenizer.unk_token_id
 
 
 def single_token_id(tokenizer: PreTrainedTokenizerBase, word: str) -> int:
     """The id of `word` as one token, or an error that names the word and its split."""
     ids = tokenizer(word, add_special_tokens=False)["input_ids"]
-    if len(ids) != 1:
+    if not _is_single_token(tokenizer, word):
         pieces = tokenizer.convert_ids_to_tokens(ids)
         raise ValueError(
             f"ORM answer word {word!r} is {len(ids)} tokens {pieces} for {type(tokenizer).__name__}; "
@@ -57,7 +77,7 @@ class OutcomeRewardModule(WebRLModule):
         tokenizer: PreTrainedTokenizerBase | None = None,
         lr: float = 5e-6,
         weight_decay: float = 0.0,
-        answer_words: tuple[str, str] = ("YES", "NO"),
+        answer_words: tuple[str, str] | None = None,
         max_length: int | None = None,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
@@ -68,8 +88,9 @@ class OutcomeRewardModule(WebRLModule):
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = max_length
-        self.yes_id = single_token_id(tokenizer, answer_words[0])
-        self.no_id = single_token_id(tokenizer, answer_words[1])
+        self.answer_words = answer_words or default_answer_words(tokenizer)
+        self.yes_id = single_token_id(tokenizer, self.answer_words[0])
+        self.no_id = single_token_id(tokenizer, self.answer_words[1])
         self.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,70 @@
+"""Filtered BC baseline: clone the SFT data plus a WebRL run's best-scored phase-1 rollouts, then evaluate.
+
+As in the paper (App. B.2), Filtered BC is offline on WebRL's phase-1 interaction data: rollouts
+whose ORM score reaches the 70th percentile are kept, the SFT demonstrations are added, and the
+SFT actor is trained further on them. Run the WebRL recipe first (it writes the rollouts):
+
+    python -m recipes.webrl
+    python -m recipes.filtered_bc --config recipes/configs/baseline_filtered_bc.yaml
+
+It prints SFT, Filtered BC and every finished WebRL phase side by side on the held-out tasks, and
+writes `<output_dir>/filtered_bc.json`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from recipes.evaluate import evaluate_checkpoint
+from recipes.webrl import DEFAULT_CONFIG
+from webrl.baselines import phase_rollouts, top_scored
+from webrl.config import ConfigError, load_config
+from webrl.distributed import build_fabric
+from webrl.loop_config import WebRLConfig
+from webrl.report import format_comparison
+from webrl.run_state import RunState, write_json_atomic
+from webrl.supervised import ensure_sft, is_built, train_sft
+from webrl.tracking import setup_logging
+from webrl.web_environment import WebEnvironment
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    setup_logging()
+    try:
+        config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
+        settings = config.filtered_bc
+        rollouts = phase_rollouts(Path(settings.source_run), settings.source_phase)
+        kept, threshold = top_scored(rollouts, settings.percentile)
+    except (ConfigError, ValueError, FileNotFoundError) as err:
+        raise SystemExit(f"config error: {err}") from None
+    out_dir = Path(config.output_dir)
+    fabric = build_fabric(config.fabric)
+    fabric.launch()
+    with WebEnvironment(config) as env:
+        sft, demos = ensure_sft(config, fabric, env)
+        target = out_dir / "actor"
+        print(
+            f"[filtered_bc] {len(kept)} of {len(rollouts)} phase-{settings.source_phase} rollouts score >= "
+            f"{threshold:.3f} (percentile {settings.percentile:g}); training on them + {len(demos)} demonstrations"
+        )
+        metrics: dict[str, float] = {}
+        if not is_built(target):
+            metrics = train_sft(config, fabric, sft, kept + demos, target, settings=settings.train, name="filtered_bc")
+        results = evaluate_checkpoint(config, env, target, name="filtered_bc")
+    summary = {
+        "kept_rollouts": float(len(kept)),
+        "rollouts": float(len(rollouts)),
+        "threshold": threshold,
+        "kept_success_rate": sum((t.eval_reward or 0.0) >= 0.5 for t in kept) / max(1, len(kept)),
+        **metrics,
+        **{f"test/{k}": v for k, v in results.items()},
+    }
+    write_json_atomic(out_dir / "filtered_bc.json", summary)
+    history = RunState.load(Path(settings.source_run) / "run_state.json").history
+    print(format_comparison(history, {"Filtered BC": results}))
+    return summary
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

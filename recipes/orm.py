@@ -1,0 +1,60 @@
+"""Train the outcome reward model on the SFT actor's evaluator-labelled rollouts, then measure it.
+
+    python -m recipes.orm                                   # embedded default (tiny model, CPU)
+    python -m recipes.orm --config recipes/configs/webrl_smollm2.yaml
+
+The ORM is cached under model.cache_dir and reused by `python -m recipes.webrl`. It is then judged
+on trajectories it never saw: the SFT actor's sampled rollouts on the held-out test split, where the
+programmatic evaluators give the true label (the paper's Table 3 measures its ORM the same way).
+Results go to `<output_dir>/orm_eval.json`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from recipes.webrl import DEFAULT_CONFIG, engine_options
+from webrl.config import ConfigError, load_config
+from webrl.distributed import build_fabric
+from webrl.inference.engine import build_engine
+from webrl.loop_config import WebRLConfig
+from webrl.metrics import agreement, success_by_site
+from webrl.run_state import write_json_atomic
+from webrl.supervised import ensure_orm, ensure_sft, label_with_orm
+from webrl.tracking import setup_logging
+from webrl.web_environment import WebEnvironment
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    setup_logging()
+    try:
+        config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
+    except (ConfigError, ValueError) as err:
+        raise SystemExit(f"config error: {err}") from None
+    out_dir = Path(config.output_dir)
+    fabric = build_fabric(config.fabric)
+    fabric.launch()
+    with WebEnvironment(config) as env:
+        sft, demos = ensure_sft(config, fabric, env)
+        engine = build_engine(config.rollout.engine, sft, **engine_options(config))
+        try:
+            orm = ensure_orm(config, fabric, env, engine, sft, demos)
+            tasks = env.suite(config.env.test_split, config.env.test_tasks, config.seed)
+            held_out, _ = env.run_episodes(
+                engine, tasks, out_dir / "orm_eval.jsonl", phase=-1, evaluation=False, seed=config.seed
+            )
+        finally:
+            engine.close()
+    label_with_orm(orm, held_out, max_length=config.model.max_length, threshold=config.reward.threshold)
+    results = {**agreement(held_out), **success_by_site(held_out, key="eval_reward")}
+    write_json_atomic(out_dir / "orm_eval.json", {"orm": str(orm), **results})
+    print(f"ORM: {orm}")
+    names = ("agreement", "precision", "recall")
+    figures = ", ".join(f"{name} {100 * results.get(f'orm/{name}', 0.0):.1f}%" for name in names)
+    print(f"on {len(held_out)} held-out SFT rollouts ({100 * results['success_rate']:.1f}% successful): {figures}")
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,44 @@
+"""Offline baselines WebRL is compared with: Filtered BC's choice of trajectories to clone."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from webrl.data.trajectory import Trajectory, read_trajectories
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0–100) of `values`, interpolating linearly between order statistics (numpy's default)."""
+    if not values:
+        raise ValueError("percentile of an empty list")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def top_scored(trajectories: list[Trajectory], q: float) -> tuple[list[Trajectory], float]:
+    """The trajectories whose ORM score reaches the q-th percentile of all their scores, and that threshold."""
+    unscored = [t.task.task_id for t in trajectories if t.orm_score is None]
+    if unscored:
+        raise ValueError(
+            f"{len(unscored)} trajectories have no ORM score (e.g. {unscored[0]}): Filtered BC needs a run "
+            "labelled with reward.source=orm"
+        )
+    threshold = percentile([t.orm_score for t in trajectories], q)
+    return [t for t in trajectories if t.orm_score >= threshold], threshold
+
+
+def phase_rollouts(run_dir: Path, phase: int) -> list[Trajectory]:
+    """The ORM-labelled rollouts of `phase` in a WebRL run directory; a clear error when the run lacks them."""
+    path = Path(run_dir) / f"phase_{phase:03d}" / "labelled.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"filtered_bc.source_run={str(run_dir)!r}: {path} does not exist; run `python -m recipes.webrl` "
+            f"(output_dir={run_dir}) through phase {phase} first"
+        )
+    trajectories = read_trajectories(path)
+    if not trajectories:
+        raise ValueError(f"{path} holds no trajectory")
+    return trajectories
