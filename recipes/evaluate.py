@@ -11,14 +11,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from recipes.webrl import DEFAULT_CONFIG, engine_options
-from webrl.config import ConfigError, load_config
+from recipes.webrl import engine_options, recipe_config
 from webrl.inference.engine import build_engine
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import success_by_site
 from webrl.report import format_site_table
 from webrl.run_state import write_json_atomic
-from webrl.tracking import setup_logging
 from webrl.web_environment import WebEnvironment
 
 
@@ -40,11 +38,7 @@ def evaluate_checkpoint(config: WebRLConfig, env: WebEnvironment, checkpoint: Pa
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    setup_logging()
-    try:
-        config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
-    except (ConfigError, ValueError) as err:
-        raise SystemExit(f"config error: {err}") from None
+    config = recipe_config(argv)
     checkpoint = Path(config.model.actor)
     if not config.model.actor or not (checkpoint / "config.json").exists():
         raise SystemExit(f"model.actor={config.model.actor!r}: give the model directory to evaluate (with config.json)")

@@ -17,30 +17,24 @@ import sys
 from pathlib import Path
 
 from recipes.evaluate import evaluate_checkpoint
-from recipes.webrl import DEFAULT_CONFIG
+from recipes.webrl import launch_fabric, recipe_config
 from webrl.baselines import phase_rollouts, top_scored
-from webrl.config import ConfigError, load_config
-from webrl.distributed import build_fabric
-from webrl.loop_config import WebRLConfig
 from webrl.report import format_comparison
 from webrl.run_state import RunState, write_json_atomic
 from webrl.supervised import ensure_sft, is_built, train_sft
-from webrl.tracking import setup_logging
 from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    setup_logging()
+    config = recipe_config(argv)
+    settings = config.filtered_bc
     try:
-        config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
-        settings = config.filtered_bc
         rollouts = phase_rollouts(Path(settings.source_run), settings.source_phase)
         kept, threshold = top_scored(rollouts, settings.percentile)
-    except (ConfigError, ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError) as err:
         raise SystemExit(f"config error: {err}") from None
     out_dir = Path(config.output_dir)
-    fabric = build_fabric(config.fabric)
-    fabric.launch()
+    fabric = launch_fabric(config)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)
         target = out_dir / "actor"

@@ -14,27 +14,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from recipes.webrl import DEFAULT_CONFIG, engine_options
-from webrl.config import ConfigError, load_config
-from webrl.distributed import build_fabric
+from recipes.webrl import engine_options, launch_fabric, recipe_config
+from webrl.data.process import label_with_orm, orm_scorer
 from webrl.inference.engine import build_engine
-from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, success_by_site
 from webrl.run_state import write_json_atomic
-from webrl.supervised import ensure_orm, ensure_sft, label_with_orm
-from webrl.tracking import setup_logging
+from webrl.supervised import ensure_orm, ensure_sft
 from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    setup_logging()
-    try:
-        config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
-    except (ConfigError, ValueError) as err:
-        raise SystemExit(f"config error: {err}") from None
+    config = recipe_config(argv)
     out_dir = Path(config.output_dir)
-    fabric = build_fabric(config.fabric)
-    fabric.launch()
+    fabric = launch_fabric(config)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)
         engine = build_engine(config.rollout.engine, sft, **engine_options(config))
@@ -46,7 +38,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             )
         finally:
             engine.close()
-    label_with_orm(orm, held_out, max_length=config.model.max_length, threshold=config.reward.threshold)
+    score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length)
+    label_with_orm(held_out, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
     results = {**agreement(held_out), **success_by_site(held_out, key="eval_reward")}
     write_json_atomic(out_dir / "orm_eval.json", {"orm": str(orm), **results})
     print(f"ORM: {orm}")

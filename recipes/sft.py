@@ -11,23 +11,14 @@ from __future__ import annotations
 import sys
 
 from recipes.evaluate import evaluate_checkpoint
-from recipes.webrl import DEFAULT_CONFIG
-from webrl.config import ConfigError, load_config
-from webrl.distributed import build_fabric
-from webrl.loop_config import WebRLConfig
+from recipes.webrl import launch_fabric, recipe_config
 from webrl.supervised import ensure_sft
-from webrl.tracking import setup_logging
 from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    setup_logging()
-    try:
-        config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
-    except (ConfigError, ValueError) as err:
-        raise SystemExit(f"config error: {err}") from None
-    fabric = build_fabric(config.fabric)
-    fabric.launch()
+    config = recipe_config(argv)
+    fabric = launch_fabric(config)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)
         print(f"SFT checkpoint: {sft} ({len(demos)} demonstrations)")

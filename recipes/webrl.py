@@ -19,6 +19,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from lightning.fabric import Fabric
+
 from webrl.config import ConfigError, config_to_dict, load_config
 from webrl.distributed import build_fabric
 from webrl.inference.engine import build_engine
@@ -34,20 +36,34 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "webrl_tiny.yaml"
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def recipe_config(argv: list[str] | None) -> WebRLConfig:
+    """Set up logging and read the run's config (the default file, `--config`, then key=value overrides).
+
+    A bad key or value ends the program with one line that names it, never a traceback.
+    """
     setup_logging()
     try:
-        config = load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
+        return load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
     except (ConfigError, ValueError) as err:
         raise SystemExit(f"config error: {err}") from None
+
+
+def launch_fabric(config: WebRLConfig, loggers: list | None = None) -> Fabric:
+    """The run's Fabric, launched: with several devices this starts the other processes, which rerun the recipe."""
+    fabric = build_fabric(config.fabric, loggers=loggers)
+    fabric.launch()
+    return fabric
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    config = recipe_config(argv)
     run_dir = Path(config.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / "config.json", config_to_dict(config))
     loggers = build_loggers(
         run_dir, config.tracking.wandb_project, config.tracking.wandb_mode, config_to_dict(config), run_dir.name
     )
-    fabric = build_fabric(config.fabric, loggers=loggers)
-    fabric.launch()
+    fabric = launch_fabric(config, loggers)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)
         engine = build_engine(config.rollout.engine, sft, **engine_options(config))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from lightning.fabric import Fabric
 from webrl.data.curriculum import Curriculum
 from webrl.data.curriculum_state import CurriculumState
 from webrl.data.datamodule import ReplayDataModule
+from webrl.data.process import label_with_orm, orm_scorer
 from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import ReplayBuffer, actor_scorer, filter_by_perplexity
 from webrl.data.steps import StepSample, read_samples, write_samples
@@ -41,7 +41,7 @@ from webrl.metrics import agreement, success_by_site
 from webrl.modules.actor import ActorModule
 from webrl.modules.critic import CriticModule
 from webrl.run_state import STAGES, RunState, seed_everything_for, stage_seed, write_json_atomic
-from webrl.supervised import label_with_orm
+from webrl.supervised import save_model_dir
 from webrl.tracking import append_csv, log_trajectory_table
 from webrl.training import train_module
 from webrl.web_environment import WebEnvironment
@@ -207,12 +207,9 @@ class PhaseLoop:
             if self.config.reward.source == "orm":
                 if self.orm_dir is None:
                     raise ValueError("reward.source=orm needs an ORM (model.orm, or let recipes.webrl train one)")
-                label_with_orm(
-                    self.orm_dir,
-                    trajectories,
-                    max_length=self.config.model.max_length,
-                    threshold=self.config.reward.threshold,
-                )
+                score, chat = orm_scorer(self.orm_dir, batch_size=8, max_length=self.config.model.max_length)
+                threshold = self.config.reward.threshold
+                label_with_orm(trajectories, score, chat_template_tokenizer=chat, threshold=threshold)
             for trajectory in trajectories:
                 source = trajectory.orm_reward if self.config.reward.source == "orm" else trajectory.eval_reward
                 trajectory.outcome = float(source or 0.0)
@@ -295,16 +292,7 @@ class PhaseLoop:
             name="actor",
             step_offset=phase * PHASE_STEPS + PHASE_STEPS // 2,
         )
-        state = full_state_dict(actor.model)
-        if self.fabric.is_global_zero:
-            target = self.phase_dir(phase) / "actor"
-            tmp = target.with_name("actor.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            actor.model.save_pretrained(tmp, state_dict=state)
-            tokenizer.save_pretrained(tmp)
-            shutil.rmtree(target, ignore_errors=True)
-            tmp.rename(target)
-        self.fabric.barrier()
+        save_model_dir(self.fabric, actor.model, tokenizer, self.phase_dir(phase) / "actor", {"metrics": metrics})
         return metrics
 
     def _sync(self, phase: int) -> dict[str, float]:

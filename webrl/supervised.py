@@ -23,7 +23,7 @@ from typing import Any
 from lightning.fabric import Fabric
 
 from webrl.data.datamodule import ReplayDataModule
-from webrl.data.prompts import build_orm_prompt, uses_chat_template
+from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
 from webrl.data.trajectory import Trajectory, TrajectoryWriter, read_trajectories
 from webrl.loop_config import WebRLConfig
 from webrl.modules.orm import OutcomeRewardModule
@@ -52,6 +52,27 @@ def _publish(tmp: Path, target: Path, info: dict[str, Any]) -> Path:
     write_json_atomic(tmp / DONE_MARKER, info)
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
+    return target
+
+
+def save_model_dir(fabric: Fabric, model: Any, tokenizer: Any, target: Path, info: dict[str, Any]) -> Path:
+    """Write `model` as an HF model directory at `target`, atomically, under any strategy.
+
+    The full weights are gathered first, a collective under FSDP/FSDP2 that every rank joins; a
+    rank-0-only `save_pretrained` of sharded weights would start a gather the other ranks never
+    join and pair it with their next barrier instead.
+    """
+    from webrl.inference.weight_sync import full_state_dict
+
+    state = full_state_dict(model)
+    if fabric.is_global_zero:
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA: merged into base names
+        base.save_pretrained(tmp, state_dict=state)
+        tokenizer.save_pretrained(tmp)
+        _publish(tmp, target, info)
+    fabric.barrier()
     return target
 
 
@@ -165,27 +186,17 @@ def train_sft(
     wrapped.mark_forward_method("compute_loss")
     loader = fabric.setup_dataloaders(data.actor_dataloader())
     metrics = train_module(fabric, wrapped, optimizer, loader, settings, name=name)
-    if fabric.is_global_zero:
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        module.save_pretrained(tmp)
-        _publish(tmp, target, {"base": str(base), "metrics": metrics})
-    fabric.barrier()
+    save_model_dir(fabric, module.model, module.tokenizer, target, {"base": str(base), "metrics": metrics})
     return metrics
-
-
-def orm_prompt(trajectory: Trajectory, tokenizer: Any) -> str:
-    """The ORM's prompt for `trajectory`: its intent, every action, and the page its last action was taken on."""
-    chat = tokenizer if uses_chat_template(tokenizer) else None
-    final_html = trajectory.steps[-1].observation if trajectory.steps else trajectory.final_observation
-    responses = [step.response for step in trajectory.steps]
-    return build_orm_prompt(trajectory.task.intent, responses, final_html, chat_template_tokenizer=chat)
 
 
 def orm_examples(trajectories: list[Trajectory], tokenizer: Any, seed: int) -> list[tuple[str, float]]:
     """(ORM prompt, label) pairs, labels from the evaluators, classes balanced by subsampling the larger."""
     labelled = [t for t in trajectories if t.eval_reward is not None and t.steps]
-    pairs = [(orm_prompt(t, tokenizer), 1.0 if t.eval_reward >= 0.5 else 0.0) for t in labelled]
+    chat = tokenizer if uses_chat_template(tokenizer) else None
+    pairs = [
+        (trajectory_orm_prompt(t, chat_template_tokenizer=chat), 1.0 if t.eval_reward >= 0.5 else 0.0) for t in labelled
+    ]
     positives = [p for p in pairs if p[1] == 1.0]
     negatives = [p for p in pairs if p[1] == 0.0]
     if not positives or not negatives:
@@ -195,16 +206,6 @@ def orm_examples(trajectories: list[Trajectory], tokenizer: Any, seed: int) -> l
     balanced = rng.sample(positives, size) + rng.sample(negatives, size)
     rng.shuffle(balanced)
     return balanced
-
-
-def label_with_orm(orm_dir: Path, trajectories: list[Trajectory], *, max_length: int, threshold: float) -> None:
-    """Set each trajectory's `orm_score` (the ORM's P(YES)) and `orm_reward` (1 when the score reaches `threshold`)."""
-    orm = OutcomeRewardModule(orm_dir, max_length=max_length)
-    prompts = [orm_prompt(t, orm.tokenizer) for t in trajectories]
-    scores = orm.score_prompts(prompts).tolist() if prompts else []
-    for trajectory, score in zip(trajectories, scores, strict=True):
-        trajectory.orm_score = float(score)
-        trajectory.orm_reward = 1.0 if score >= threshold else 0.0
 
 
 def train_orm(
@@ -226,13 +227,7 @@ def train_orm(
     wrapped.mark_forward_method("compute_loss")
     metrics = train_module(fabric, wrapped, optimizer, fabric.setup_dataloaders(loader), settings, name="orm")
     metrics["orm/examples"] = float(len(examples))
-    if fabric.is_global_zero:
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        module.model.save_pretrained(tmp)
-        module.tokenizer.save_pretrained(tmp)
-        _publish(tmp, target, {"base": str(base), "metrics": metrics})
-    fabric.barrier()
+    save_model_dir(fabric, module.model, module.tokenizer, target, {"base": str(base), "metrics": metrics})
     return metrics
 
 

@@ -48,10 +48,11 @@ def test_label_with_orm_thresholds_p_yes(make_trajectory):
 
 
 def test_orm_scorer_reads_p_yes_from_the_answer_position(tiny_model_dir, make_trajectory):
-    score, tokenizer = orm_scorer(tiny_model_dir, batch_size=2)
+    score, chat = orm_scorer(tiny_model_dir, batch_size=2)
+    assert chat is None  # the tiny tokenizer has no chat template: prompts take the completion form
     prompts = ["short prompt", "a much longer prompt " * 5]
     batched = score(prompts)
-    model, _ = load_model_and_tokenizer(tiny_model_dir)
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
     yes, no = tokenizer.convert_tokens_to_ids(["YES", "NO"])
     for prompt, got in zip(prompts, batched, strict=True):
         ids = torch.tensor([tokenizer(prompt)["input_ids"]])

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from webrl.data.prompts import build_orm_prompt, uses_chat_template
+from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
 from webrl.data.replay import ReplayFilterConfig, actor_scorer, current_phase_samples, filter_by_perplexity
 from webrl.data.steps import write_samples
 from webrl.data.traces import import_trace_dir, orm_examples, sft_examples, write_sharegpt
@@ -59,22 +59,21 @@ def label_with_evaluator(trajectories: Sequence[Trajectory]) -> None:
 
 
 def label_with_orm(
-    trajectories: Sequence[Trajectory], score: OrmScorer, *, chat_template_tokenizer: Any = None
+    trajectories: Sequence[Trajectory],
+    score: OrmScorer,
+    *,
+    chat_template_tokenizer: Any = None,
+    threshold: float = 0.5,
 ) -> None:
-    """orm_score = P(YES), orm_reward = outcome = 1[P(YES) >= 0.5] (release: `add_overall_reward`)."""
+    """orm_score = P(YES), orm_reward = outcome = 1[P(YES) >= threshold] (release: `add_overall_reward`, 0.5).
+
+    A trajectory without a step (its episode failed before acting) gets 0 without asking the ORM.
+    """
     labelled = [t for t in trajectories if t.steps]
-    prompts = [
-        build_orm_prompt(
-            t.task.intent,
-            [s.response for s in t.steps],
-            t.steps[-1].observation,
-            chat_template_tokenizer=chat_template_tokenizer,
-        )
-        for t in labelled
-    ]
-    for trajectory, p_yes in zip(labelled, score(prompts), strict=True):
+    prompts = [trajectory_orm_prompt(t, chat_template_tokenizer=chat_template_tokenizer) for t in labelled]
+    for trajectory, p_yes in zip(labelled, score(prompts) if prompts else [], strict=True):
         trajectory.orm_score = float(p_yes)
-        trajectory.orm_reward = 1.0 if p_yes >= 0.5 else 0.0
+        trajectory.orm_reward = 1.0 if p_yes >= threshold else 0.0
         trajectory.outcome = trajectory.orm_reward
     for trajectory in trajectories:
         if not trajectory.steps:
@@ -82,17 +81,22 @@ def label_with_orm(
 
 
 def orm_scorer(
-    path: str | Path, *, batch_size: int = 4, answer_words: tuple[str, str] = ("YES", "NO")
+    path: str | Path,
+    *,
+    batch_size: int = 4,
+    answer_words: tuple[str, str] | None = None,
+    max_length: int | None = None,
 ) -> tuple[OrmScorer, Any]:
-    """P(YES) scorer of an ORM checkpoint directory (`OutcomeRewardModule`), and its tokenizer."""
+    """P(YES) scorer of an ORM checkpoint directory (`OutcomeRewardModule`), and the chat tokenizer its prompts
+    need (None when the ORM's tokenizer has no chat template: the completion form)."""
     from webrl.modules.orm import OutcomeRewardModule
 
-    orm = OutcomeRewardModule(path, answer_words=answer_words)
+    orm = OutcomeRewardModule(path, answer_words=answer_words, max_length=max_length)
 
     def score(prompts: list[str]) -> list[float]:
         return orm.score_prompts(prompts, batch_size=batch_size).tolist()
 
-    return score, orm.tokenizer
+    return score, orm.tokenizer if uses_chat_template(orm.tokenizer) else None
 
 
 def stage1(args: argparse.Namespace) -> list[Trajectory]:
@@ -100,8 +104,8 @@ def stage1(args: argparse.Namespace) -> list[Trajectory]:
     if args.reward_source == "evaluator":
         label_with_evaluator(trajectories)
     else:
-        score, tokenizer = orm_scorer(args.orm, batch_size=args.batch_size, answer_words=tuple(args.orm_answers))
-        chat = tokenizer if uses_chat_template(tokenizer) else None
+        answers = tuple(args.orm_answers) if args.orm_answers else None
+        score, chat = orm_scorer(args.orm, batch_size=args.batch_size, answer_words=answers)
         label_with_orm(trajectories, score, chat_template_tokenizer=chat)
     write_trajectories(args.output, trajectories)
     successes = sum(1 for t in trajectories if t.outcome == 1.0)
@@ -177,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="stage-1 output .jsonl; stage 2 writes <stem>_filter.jsonl")
     p.add_argument("--reward-source", choices=("orm", "evaluator"), default="orm", help="stage-1 label source")
     p.add_argument("--orm", help="ORM checkpoint directory (stage 1 with --reward-source orm)")
-    p.add_argument("--orm-answers", nargs=2, default=["YES", "NO"], help="the ORM's single-token answer words")
+    p.add_argument(
+        "--orm-answers", nargs=2, default=None, help="the ORM's single-token answer words (default: YES NO, or Yes No)"
+    )
     p.add_argument("--actor", help="current actor directory (stage 2)")
     p.add_argument("--experience", nargs="*", help="earlier phases' stage-1 outputs or trace dirs (stage 2)")
     p.add_argument("--gamma", type=float, default=0.9, help="discount of mc_return")

@@ -35,7 +35,7 @@ is no separate critic prompt. The ORM prompt (method §2) is `build_orm_prompt`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from webrl.data.trajectory import Step, Task, Trajectory
@@ -78,14 +78,11 @@ def build_actor_prompt(
     that has a chat template the completion form is built (module docstring); with one, the
     chat form. The end of `html` is cut so that the prompt fits in `max_chars` characters.
     """
-    if max_chars <= 0:
-        raise ValueError(f"max_chars must be positive, got {max_chars}")
     if uses_chat_template(chat_template_tokenizer):
-        fixed = _render_chat(chat_template_tokenizer, _actor_messages(intent, history, ""))
-        html = _fit(html, max_chars - len(fixed))
-        return _render_chat(chat_template_tokenizer, _actor_messages(intent, history, html))
-    fixed = _actor_completion(intent, history, "")
-    return _actor_completion(intent, history, _fit(html, max_chars - len(fixed)))
+        return _with_page(
+            lambda page: _render_chat(chat_template_tokenizer, _actor_messages(intent, history, page)), html, max_chars
+        )
+    return _with_page(lambda page: _actor_completion(intent, history, page), html, max_chars)
 
 
 def actor_prompt_for_step(
@@ -140,14 +137,34 @@ def build_orm_prompt(
     Only the end of `final_html` is cut to fit `max_chars`. Like the actor prompt, the completion
     form carries no `<|begin_of_text|>`: the tokenizer adds BOS.
     """
-    if max_chars <= 0:
-        raise ValueError(f"max_chars must be positive, got {max_chars}")
     if uses_chat_template(chat_template_tokenizer):
-        fixed = _render_chat(chat_template_tokenizer, _orm_messages(intent, responses, ""))
-        final_html = _fit(final_html, max_chars - len(fixed))
-        return _render_chat(chat_template_tokenizer, _orm_messages(intent, responses, final_html))
-    fixed = _orm_completion(intent, responses, "")
-    return _orm_completion(intent, responses, _fit(final_html, max_chars - len(fixed)))
+        return _with_page(
+            lambda page: _render_chat(chat_template_tokenizer, _orm_messages(intent, responses, page)),
+            final_html,
+            max_chars,
+        )
+    return _with_page(lambda page: _orm_completion(intent, responses, page), final_html, max_chars)
+
+
+def trajectory_orm_prompt(
+    trajectory: Trajectory,
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    chat_template_tokenizer: Any = None,
+) -> str:
+    """The ORM's prompt for a finished trajectory: its intent, every response, and the page of its last action.
+
+    The page is the one the last action was taken on, as the release's `build_rm_data` uses (the
+    last trace step's HTML); a trajectory that ended before its first step shows its final page.
+    """
+    final_html = trajectory.steps[-1].observation if trajectory.steps else trajectory.final_observation
+    return build_orm_prompt(
+        trajectory.task.intent,
+        [step.response for step in trajectory.steps],
+        final_html,
+        max_chars=max_chars,
+        chat_template_tokenizer=chat_template_tokenizer,
+    )
 
 
 def orm_user_text(intent: str, responses: Sequence[str], final_html: str) -> str:
@@ -156,8 +173,12 @@ def orm_user_text(intent: str, responses: Sequence[str], final_html: str) -> str
     return f"The User Intent:\n{intent}\n\nAction History:\n{actions}\n\nThe Current Screenshot:\n{final_html}"
 
 
-def _fit(text: str, budget: int) -> str:
-    return text[: max(budget, 0)]
+def _with_page(render: Callable[[str], str], html: str, max_chars: int) -> str:
+    """`render(html)` with the end of `html` cut so that the whole prompt fits in `max_chars` characters."""
+    if max_chars <= 0:
+        raise ValueError(f"max_chars must be positive, got {max_chars}")
+    budget = max_chars - len(render(""))
+    return render(html[: max(budget, 0)])
 
 
 def _user_turn(round_index: int, content: str) -> str:

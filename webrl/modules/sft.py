@@ -51,9 +51,3 @@ class SFTModule(WebRLModule):
             per_action = token_logprobs.sum(-1) / mask.sum(-1).clamp(min=1.0)  # (B,)
         metrics = {"sft/loss": loss.detach(), "sft/action_prob": per_action.exp().mean()}
         return loss, metrics
-
-    def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
-        out = Path(out_dir)
-        self.model.save_pretrained(out)
-        self.tokenizer.save_pretrained(out)
-        return out
