@@ -122,11 +122,11 @@ def run_fabric(path: Path, batches: list[dict[str, torch.Tensor]], lr: float, de
     from lightning.fabric import Fabric
 
     from webrl.modules.actor import ActorModule
+    from webrl.training import setup_for_training
 
     fabric = Fabric(accelerator="cuda" if device == "cuda" else "cpu", devices=1)
     actor = ActorModule(path, lr=lr)
-    actor, optimizer = fabric.setup(actor, actor.configure_optimizers())
-    actor.mark_forward_method("compute_loss")
+    actor, optimizer = setup_for_training(fabric, actor)
     times = []
     for batch in batches:
         batch = {k: v.to(fabric.device) for k, v in batch.items()}

@@ -41,16 +41,28 @@ class FabricConfig:
             raise ValueError("fabric.strategy=fsdp (FSDP1) needs GPUs; on CPU use strategy=model_parallel (FSDP2)")
 
 
-def shard_with_fully_shard(model: torch.nn.Module, device_mesh: Any) -> torch.nn.Module:
-    """FSDP2: shard each transformer block, then the root, over the data-parallel mesh dimension."""
+def shard_with_fully_shard(module: torch.nn.Module, device_mesh: Any) -> torch.nn.Module:
+    """FSDP2: shard each transformer block, then each network the module holds, over the data-parallel mesh.
+
+    The module itself (an actor, critic, ORM or SFT module) is not sharded: FSDP2 gathers a unit's
+    parameters in a hook on that unit's `forward`, and the loop calls `compute_loss`, not the
+    module's `forward` (Fabric only redirects such calls through `forward` for wrapping strategies
+    like DDP, not for in-place ones like FSDP2). Its child networks (`model`, `trunk`, each value
+    head) are what `compute_loss` calls, so each becomes a unit and its hooks fire. Tied
+    input/output embeddings stay in one unit because the whole causal LM is one.
+    """
     from torch.distributed.fsdp import fully_shard
 
     mesh = device_mesh["data_parallel"]
-    for module in model.modules():
-        if type(module).__name__.endswith("DecoderLayer"):
-            fully_shard(module, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    return model
+    for submodule in module.modules():
+        if type(submodule).__name__.endswith("DecoderLayer"):
+            fully_shard(submodule, mesh=mesh)
+    for child in module.children():
+        units = list(child) if isinstance(child, torch.nn.ModuleList) else [child]  # a list is never called whole
+        for unit in units:
+            if any(True for _ in unit.parameters()):
+                fully_shard(unit, mesh=mesh)
+    return module
 
 
 def build_fabric(config: FabricConfig, loggers: list[Any] | None = None) -> Fabric:

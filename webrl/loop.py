@@ -43,7 +43,7 @@ from webrl.modules.critic import CriticModule
 from webrl.run_state import STAGES, RunState, seed_everything_for, stage_seed, write_json_atomic
 from webrl.supervised import save_model_dir
 from webrl.tracking import append_csv, log_trajectory_table
-from webrl.training import train_module
+from webrl.training import setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
 log = logging.getLogger(__name__)
@@ -252,8 +252,7 @@ class PhaseLoop:
         if previous is not None:
             critic.load_state_dict(torch.load(previous, map_location="cpu", weights_only=True))
         data = self._datamodule(phase, critic.tokenizer, settings.batch_size, phase_stage="critic")
-        module, optimizer = self.fabric.setup(critic, critic.configure_optimizers())
-        module.mark_forward_method("compute_loss")
+        module, optimizer = setup_for_training(self.fabric, critic)
         metrics = train_module(
             self.fabric,
             module,
@@ -281,8 +280,7 @@ class PhaseLoop:
         data = self._datamodule(
             phase, tokenizer, settings.batch_size, phase_stage="actor", critic_tokenizer=critic.tokenizer
         )
-        module, optimizer = self.fabric.setup(actor, actor.configure_optimizers())
-        module.mark_forward_method("compute_loss")
+        module, optimizer = setup_for_training(self.fabric, actor)
         metrics = train_module(
             self.fabric,
             module,

@@ -29,7 +29,7 @@ from webrl.loop_config import WebRLConfig
 from webrl.modules.orm import OutcomeRewardModule
 from webrl.modules.sft import SFTModule
 from webrl.run_state import write_json_atomic
-from webrl.training import StageSettings, train_module
+from webrl.training import StageSettings, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
 DONE_MARKER = "webrl_done.json"
@@ -157,8 +157,9 @@ def base_model_dir(config: WebRLConfig, demonstrations: list[Trajectory]) -> Pat
     return _publish(tmp, target, {"shape": shape})
 
 
-def sft_dir(config: WebRLConfig, base: Path) -> Path:
-    key = cache_key(str(base), config.sft, config.model.max_length, config.env.suite, config.seed)
+def sft_dir(config: WebRLConfig, base: Path, demos_path: Path) -> Path:
+    """The SFT checkpoint's cache dir: keyed by its start model, settings and demonstrations file."""
+    key = cache_key(str(base), demos_path.name, config.sft, config.model.max_length, config.env.suite, config.seed)
     return Path(config.model.cache_dir) / f"sft-{key}"
 
 
@@ -182,8 +183,7 @@ def train_sft(
         seed=config.seed,
     )
     data.setup()
-    wrapped, optimizer = fabric.setup(module, module.configure_optimizers())
-    wrapped.mark_forward_method("compute_loss")
+    wrapped, optimizer = setup_for_training(fabric, module)
     loader = fabric.setup_dataloaders(data.actor_dataloader())
     metrics = train_module(fabric, wrapped, optimizer, loader, settings, name=name)
     save_model_dir(fabric, module.model, module.tokenizer, target, {"base": str(base), "metrics": metrics})
@@ -223,8 +223,7 @@ def train_orm(
         shuffle=True,
         collate_fn=lambda rows: OutcomeRewardModule.collate(module.tokenizer, rows, config.model.max_length),
     )
-    wrapped, optimizer = fabric.setup(module, module.configure_optimizers())
-    wrapped.mark_forward_method("compute_loss")
+    wrapped, optimizer = setup_for_training(fabric, module)
     metrics = train_module(fabric, wrapped, optimizer, fabric.setup_dataloaders(loader), settings, name="orm")
     metrics["orm/examples"] = float(len(examples))
     save_model_dir(fabric, module.model, module.tokenizer, target, {"base": str(base), "metrics": metrics})
@@ -246,7 +245,7 @@ def ensure_sft(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tupl
     base = base_model_dir(config, demos)
     if config.model.actor:
         return Path(config.model.actor), demos
-    target = sft_dir(config, base)
+    target = sft_dir(config, base, demos_path)
     if not is_built(target):
         fabric.print(f"[sft] training {target.name} on {sum(len(t.steps) for t in demos)} demonstration steps")
         train_sft(config, fabric, base, demos, target, settings=config.sft.train)

@@ -57,6 +57,19 @@ def lr_factor(step: int, total: int, settings: StageSettings) -> float:
     return 1.0
 
 
+def setup_for_training(fabric: Fabric, module: Any) -> tuple[Any, Any]:
+    """Set up `module` under the strategy, then an optimizer over its parameters as they are after that.
+
+    The order matters: FSDP2's `fully_shard` replaces parameters with sharded ones in place, so an
+    optimizer built before would step tensors the model no longer uses. `compute_loss` is marked
+    as a forward method so that wrapping strategies (DDP) see it.
+    """
+    wrapped = fabric.setup_module(module)
+    optimizer = fabric.setup_optimizers(module.configure_optimizers())
+    wrapped.mark_forward_method("compute_loss")
+    return wrapped, optimizer
+
+
 def train_module(
     fabric: Fabric,
     module: Any,

@@ -8,11 +8,10 @@ test gets its own pool, since it kills the browser.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,22 +25,6 @@ from webrl.inference.engine import Completion, SamplingParams
 from webrl.inference.hf import HFEngine
 from webrl.inference.rollout import EngineDownError, collect_rollouts, collect_rollouts_sync
 from webrl.inference.scripted import ScriptedEngine
-
-
-@pytest.fixture(scope="module")
-def run() -> Iterator[Callable[[Any], Any]]:
-    loop = asyncio.new_event_loop()
-    yield loop.run_until_complete
-    loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.close()
-
-
-@pytest.fixture(scope="module")
-def pool(run) -> Iterator[BrowserPool]:
-    browser_pool = BrowserPool(BrowserConfig(max_concurrency=4))
-    run(browser_pool.start())
-    yield browser_pool
-    run(browser_pool.close())
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from webrl.modules.actor import ActorModule
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import LoraSettings, action_logprobs, load_model_and_tokenizer
 from webrl.modules.losses import ActorLossConfig, AdvantageConfig
+from webrl.training import setup_for_training
 
 PROMPT = 'Task Instruction: buy the red shirt\n\nRound 0\n\n<html><button id="2">Add to cart</button></html>'
 ACTION = 'do(action="Click", element="2")'
@@ -144,8 +145,7 @@ def test_compute_loss_runs_under_fabric(tiny):
     fabric = Fabric(accelerator="cpu", devices=1)
     actor = ActorModule(model, tokenizer, lr=1e-4)
     before = logprob(actor)
-    wrapped, optimizer = fabric.setup(actor, actor.configure_optimizers())
-    wrapped.mark_forward_method("compute_loss")
+    wrapped, optimizer = setup_for_training(fabric, actor)
     batch = ActorModule.collate(tokenizer, [(PROMPT, ACTION, 1.0)])
     loss, metrics = wrapped.compute_loss(batch)
     fabric.backward(loss)
