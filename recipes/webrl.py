@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)
         engine = build_engine(config.rollout.engine, sft, **engine_options(config))
-        orm = ensure_orm(config, fabric, env, engine, sft, demos) if config.reward.source == "orm" else None
+        orm = ensure_orm(config, fabric, env, engine, sft, demos) if config.reward.orm_labels else None
         loop = PhaseLoop(config, fabric, env, engine, sft_dir=sft, orm_dir=orm, demonstrations=demos)
         history = loop.run()
         engine.close()

@@ -65,3 +65,18 @@ def test_describe_lists_nested_keys_with_docs():
     text = describe(Root)
     assert "optim.lr = 1e-05  -- learning rate" in text
     assert "seed = 0  -- random seed" in text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["reward.source=orm", "reward.orm_labels=false"], "reward.orm_labels"),
+        (["filtered_bc.percentile=120"], "filtered_bc.percentile"),
+        (["actor.loss.objective=ppo"], "actor_loss.objective"),
+    ],
+)
+def test_webrl_config_cross_checks_name_the_key(overrides, named):
+    from webrl.loop_config import WebRLConfig
+
+    with pytest.raises(ValueError, match=named.replace(".", r"\.")):
+        load_config(WebRLConfig, overrides)

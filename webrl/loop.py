@@ -55,8 +55,8 @@ PHASE_STEPS = 100_000
 class PhaseLoop:
     """Runs (or resumes) the phases of one WebRL run in `config.output_dir`.
 
-    `sft_dir` is the starting actor (the SFT checkpoint); `orm_dir` the ORM (None when rewards come
-    from the evaluators); `demonstrations` the SFT data, the replay buffer's first content.
+    `sft_dir` is the starting actor (the SFT checkpoint); `orm_dir` the ORM (None when
+    `reward.orm_labels` is off); `demonstrations` the SFT data, the replay buffer's first content.
     """
 
     def __init__(
@@ -204,9 +204,9 @@ class PhaseLoop:
     def _labels(self, phase: int) -> dict[str, float]:
         trajectories = self.rollouts(phase)
         if self.fabric.is_global_zero:
-            if self.config.reward.source == "orm":
+            if self.config.reward.orm_labels:
                 if self.orm_dir is None:
-                    raise ValueError("reward.source=orm needs an ORM (model.orm, or let recipes.webrl train one)")
+                    raise ValueError("reward.orm_labels needs an ORM (model.orm, or let recipes.webrl train one)")
                 score, chat = orm_scorer(self.orm_dir, batch_size=8, max_length=self.config.model.max_length)
                 threshold = self.config.reward.threshold
                 label_with_orm(trajectories, score, chat_template_tokenizer=chat, threshold=threshold)

@@ -96,6 +96,9 @@ class RewardConfig:
     """orm (WebRL: the ORM labels every rollout) | evaluator (programmatic evaluators, where tasks have them)."""
     threshold: float = 0.5
     """ORM P(YES) at or above which a trajectory counts as a success."""
+    orm_labels: bool = True
+    """Train (or reuse) the ORM and label every rollout with it. Required by source=orm; with source=evaluator the
+    ORM's labels are only compared with the evaluators (`orm/agreement`) and scored for Filtered BC."""
 
 
 @dataclass
@@ -210,6 +213,8 @@ class WebRLConfig:
             raise ValueError(f"phases must be >= 0, got {self.phases}")
         if self.reward.source not in REWARD_SOURCES:
             raise ValueError(f"reward.source must be one of {REWARD_SOURCES}, got {self.reward.source!r}")
+        if self.reward.source == "orm" and not self.reward.orm_labels:
+            raise ValueError("reward.source=orm needs reward.orm_labels=true")
         if self.rollout.engine not in ENGINES:
             raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.rollout.engine!r}")
         if self.rollout.engine == "openai" and not self.rollout.openai_url:
