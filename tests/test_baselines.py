@@ -30,7 +30,7 @@ def test_top_scored_keeps_the_trajectories_at_or_above_the_threshold():
 
 
 def test_top_scored_names_an_unscored_trajectory():
-    with pytest.raises(ValueError, match="t1.*reward.source=orm"):
+    with pytest.raises(ValueError, match="t1.*reward.orm_labels=true"):
         top_scored([scored("t0", 0.5), scored("t1", None)], 70)
 
 

@@ -24,7 +24,7 @@ def top_scored(trajectories: list[Trajectory], q: float) -> tuple[list[Trajector
     if unscored:
         raise ValueError(
             f"{len(unscored)} trajectories have no ORM score (e.g. {unscored[0]}): Filtered BC needs a run "
-            "labelled with reward.source=orm"
+            "labelled by the ORM (reward.orm_labels=true, the default)"
         )
     threshold = percentile([t.orm_score for t in trajectories], q)
     return [t for t in trajectories if t.orm_score >= threshold], threshold
