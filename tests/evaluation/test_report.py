@@ -1,0 +1,90 @@
+"""An evaluation's statistics from fixture trajectories: the markdown, the JSON record, pairing with a baseline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from webrl.data.trajectory import Task, Trajectory, write_trajectories
+from webrl.evaluation.outcomes import Baseline, load_baseline, load_outcomes, task_outcomes
+from webrl.evaluation.report import evaluation_statistics
+
+
+def trajectory(task_id: str, site: str, template: int, reward: float | None) -> Trajectory:
+    task = Task(task_id, f"intent {task_id}", [site], "http://x/", intent_template_id=template)
+    return Trajectory(task, status="exit", eval_reward=reward)
+
+
+TRAJECTORIES = [
+    trajectory("10", "shopping", 101, 1.0),
+    trajectory("2", "shopping", 101, 0.0),
+    trajectory("3", "gitlab", 310, 1.0),
+    trajectory("4", "gitlab", 301, 0.0),
+    trajectory("5", "gitlab", 301, None),  # no evaluator verdict: left out, as from the success rates
+]
+SEEN = {101, 301}
+
+
+def test_outcomes_follow_the_evaluator_threshold():
+    outcomes = task_outcomes(TRAJECTORIES)
+    assert [(o.task_id, o.success) for o in outcomes] == [("10", True), ("2", False), ("3", True), ("4", False)]
+
+
+def test_markdown_and_record_without_baseline():
+    record, markdown = evaluation_statistics(TRAJECTORIES, SEEN, "ckpt on test (5 tasks)")
+    assert record["outcomes"] == {"2": False, "3": True, "4": False, "10": True}
+    assert list(record["outcomes"]) == ["2", "3", "4", "10"]  # numeric order
+    assert record["breakdown"]["overall"]["successes"] == 2 and record["breakdown"]["overall"]["n"] == 4
+    assert record["breakdown"]["by_seen"]["test-only"]["n"] == 1
+    assert "comparison" not in record
+    json.dumps(record)  # the record is plain JSON
+    # Wilson for 2 of 4: p = 0.5, shrink = 1 + 3.8416/4 = 1.9604, centre = (0.5 + 0.4802)/1.9604 = 0.5;
+    # half = 1.96 * sqrt(0.0625 + 0.060025)/1.9604 = 1.96 * 0.3500357/1.9604 = 0.3499643 -> [15.0, 85.0]
+    assert "Success: 50.0% (2 of 4 tasks), 95% Wilson interval [15.0, 85.0]%" in markdown
+    # gitlab, 1 of 2 (task 5 has no verdict): shrink = 1 + 3.8416/2 = 2.9208, centre = 0.5;
+    # half = 1.96 * sqrt(0.125 + 0.2401)/2.9208 = 1.96 * 0.6042351/2.9208 = 0.4054670 -> [9.5, 90.5]
+    assert "| gitlab | 2 | 1 | 50.0 | [9.5, 90.5] |" in markdown
+    assert "| 310 | gitlab | no | 1 | 1 | 100.0 | [20.7, 100.0] |" in markdown  # 1 of 1: low = 1/(1 + 3.8416)
+    assert "Paired comparison" not in markdown
+
+
+def test_pairing_with_a_baseline_json(tmp_path):
+    path = tmp_path / "eval_a.json"
+    path.write_text(json.dumps({"success_rate": 0.25, "outcomes": {"2": True, "3": False, "4": False, "10": False}}))
+    record, markdown = evaluation_statistics(TRAJECTORIES, SEEN, "B", load_baseline(path))
+    # this checkpoint: 10 and 3 succeed; baseline: 2. Only this one: 10, 3 (b = 2); only baseline: 2 (c = 1).
+    # Bin(3, 1/2): P[X <= 1] = (1 + 3)/8 = 1/2, doubled = 1.
+    assert record["comparison"] == {
+        "baseline": str(path),
+        "tasks": 4,
+        "both": 0,
+        "only_a": 2,
+        "only_b": 1,
+        "p_value": 1.0,
+    }
+    assert "this checkpoint 2 successes, the baseline 1" in markdown
+    assert "exact McNemar two-sided p = 1." in markdown
+
+
+def test_pairing_with_baseline_trajectories(tmp_path):
+    path = tmp_path / "eval.rank0.jsonl"
+    write_trajectories(path, TRAJECTORIES)
+    assert load_outcomes(path) == {"10": True, "2": False, "3": True, "4": False}
+    record, _ = evaluation_statistics(TRAJECTORIES, SEEN, "B", load_baseline(path))
+    assert record["comparison"]["p_value"] == 1.0 and record["comparison"]["both"] == 2
+
+
+def test_baseline_on_other_tasks_is_an_error_naming_them():
+    baseline = Baseline("other.json", {"2": True, "3": False, "4": False, "11": True})
+    with pytest.raises(ValueError, match="only in A: 10; only in B: 11"):
+        evaluation_statistics(TRAJECTORIES, SEEN, "B", baseline)
+
+
+def test_a_baseline_without_outcomes_says_what_to_give(tmp_path):
+    path = tmp_path / "old_eval.json"
+    path.write_text(json.dumps({"success_rate": 0.1}))
+    with pytest.raises(ValueError, match="no per-task `outcomes`"):
+        load_outcomes(path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_outcomes(tmp_path / "missing.json")
