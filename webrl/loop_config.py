@@ -51,9 +51,9 @@ class EnvConfig:
     suite: str = "embedded"
     """`embedded` (the project's sites) or a directory/file of WebArena task configs."""
     train_split: str = "train"
-    """Embedded split for phase 0's tasks."""
+    """Embedded split for phase 0's tasks: train, or train_fit (train minus the validation tasks) when tuning."""
     test_split: str = "test"
-    """Embedded split for held-out evaluation."""
+    """Embedded split for held-out evaluation: test, or validation (60 fixed train tasks) for choosing settings."""
     url_map: dict[str, str] = field(default_factory=dict)
     """For an external suite: placeholder -> base URL, e.g. {__SHOPPING__: http://host:7770}."""
     train_tasks: int = 64

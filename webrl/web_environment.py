@@ -54,9 +54,9 @@ class WebEnvironment:
     def suite(self, split: str, limit: int, seed: int) -> list[Task]:
         """Tasks of `split` (all, or a seeded sample of `limit`), with placeholders resolved."""
         if self.config.env.suite == "embedded":
-            from webrl.env.sites.suite import load_suite
+            from webrl.env.splits import load_split
 
-            tasks = load_suite(split, self.url_map)
+            tasks = load_split(split, self.url_map)
         else:
             tasks = load_tasks(Path(self.config.env.suite) / f"{split}", self.url_map)
         if limit and limit < len(tasks):
@@ -64,9 +64,9 @@ class WebEnvironment:
         return tasks
 
     def reinstantiate(self, task: Task, rng: random.Random, n: int) -> list[Task]:
-        from webrl.env.sites.suite import reinstantiate
+        from webrl.env.splits import reinstantiate_for
 
-        return reinstantiate(task, rng, n, self.url_map)
+        return reinstantiate_for(self.config.env.train_split, task, rng, n, self.url_map)
 
     def browser_config(self) -> BrowserConfig:
         return BrowserConfig(

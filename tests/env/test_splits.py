@@ -1,0 +1,96 @@
+"""The validation and train_fit splits carved from the embedded train split."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from webrl.data.trajectory import Task
+from webrl.env.sites.suite import load_suite, reinstantiate
+from webrl.env.splits import (
+    TRAIN_FIT,
+    VALIDATION,
+    VALIDATION_SIZE,
+    carve_validation,
+    load_split,
+    reinstantiate_for,
+)
+
+URL_MAP = {
+    "__SHOPPING__": "http://127.0.0.1:9/shopping",
+    "__SHOPPING_ADMIN__": "http://127.0.0.1:9/admin",
+    "__REDDIT__": "http://127.0.0.1:9/forum",
+    "__GITLAB__": "http://127.0.0.1:9/gitlab",
+    "__MAP__": "http://127.0.0.1:9/map",
+}
+
+
+@pytest.fixture(scope="module")
+def splits() -> dict[str, list[Task]]:
+    return {split: load_split(split) for split in ("train", "test", VALIDATION, TRAIN_FIT)}
+
+
+def _ids(tasks: list[Task]) -> set[str]:
+    return {task.task_id for task in tasks}
+
+
+def test_validation_and_train_fit_partition_train(splits):
+    validation, train_fit, train = _ids(splits[VALIDATION]), _ids(splits[TRAIN_FIT]), _ids(splits["train"])
+    assert len(validation) == VALIDATION_SIZE == 60
+    assert validation.isdisjoint(train_fit)
+    assert validation | train_fit == train
+    assert [t.task_id for t in splits[TRAIN_FIT]] == [t.task_id for t in splits["train"] if t.task_id in train_fit]
+
+
+def test_validation_is_stratified_over_the_train_templates(splits):
+    train = Counter(t.intent_template_id for t in splits["train"])
+    validation = Counter(t.intent_template_id for t in splits[VALIDATION])
+    assert len(validation) >= 40 and set(validation) <= set(train)  # 42 of the 43 train templates
+    for template, count in train.items():
+        share = VALIDATION_SIZE * count / len(splits["train"])  # e.g. 60 * 15/588 = 1.53 -> 1 or 2
+        assert int(share) <= validation[template] <= int(share) + 1, template
+    assert set(Counter(t.intent_template_id for t in splits[TRAIN_FIT])) == set(train)  # train_fit keeps all
+
+
+def test_the_carve_is_fixed_whatever_the_order_or_url_map(splits):
+    shuffled = list(splits["train"])
+    random.Random(1).shuffle(shuffled)
+    assert carve_validation(sorted(shuffled, key=lambda t: int(t.task_id))) == _ids(splits[VALIDATION])
+    assert _ids(load_split(VALIDATION, URL_MAP)) == _ids(splits[VALIDATION])
+    assert carve_validation(splits["train"], seed="another seed") != _ids(splits[VALIDATION])
+
+
+def test_shipped_splits_are_unchanged(splits):
+    assert [t.to_dict() for t in splits["train"]] == [t.to_dict() for t in load_suite("train")]
+    assert [t.to_dict() for t in splits["test"]] == [t.to_dict() for t in load_suite("test")]
+    with pytest.raises(ValueError, match="split must be one of"):
+        load_split("valid")
+
+
+def test_carve_sizes_are_checked():
+    tasks = [Task(str(i), "x", ["shopping"], "", intent_template_id=i % 3) for i in range(9)]
+    assert len(carve_validation(tasks, size=4)) == 4
+    with pytest.raises(ValueError, match="validation size"):
+        carve_validation(tasks, size=10)
+
+
+def test_curriculum_on_train_fit_never_draws_validation_values(splits):
+    def keys(tasks: list[Task]) -> set[tuple[int | None, str]]:
+        return {(t.intent_template_id, str(t.instantiation_dict)) for t in tasks}
+
+    held = keys(splits[VALIDATION])
+    leaked_without_filter = 0
+    for seed in splits[TRAIN_FIT][::40]:
+        new = reinstantiate_for(TRAIN_FIT, seed, random.Random(0), 50, URL_MAP)
+        assert new and not keys(new) & held
+        leaked_without_filter += len(keys(reinstantiate(seed, random.Random(0), 50, URL_MAP)) & held)
+    assert leaked_without_filter > 0  # the plain draw does reach validation values, so the filter matters
+
+
+def test_other_train_splits_reinstantiate_as_before(splits):
+    seed = splits["train"][0]
+    assert [t.to_dict() for t in reinstantiate_for("train", seed, random.Random(3), 5, URL_MAP)] == [
+        t.to_dict() for t in reinstantiate(seed, random.Random(3), 5, URL_MAP)
+    ]
