@@ -1,17 +1,31 @@
-"""Evaluate a checkpoint on a task suite at temperature 0: success per site, as a table and JSON.
+"""Evaluate a checkpoint on a task suite at temperature 0: success per site, with intervals, as tables and JSON.
 
     python -m recipes.evaluate model.actor=runs/webrl_tiny/phase_003/actor
+    python -m recipes.evaluate model.actor=PATH env.test_split=validation     # choosing settings: never on test
     python -m recipes.evaluate model.actor=PATH env.test_split=train env.test_tasks=0   # all train tasks
+    python -m recipes.evaluate model.actor=B --baseline runs/webrl_tiny/eval_A.json   # paired test of B vs A
 
-Results go to `<output_dir>/eval_<name>.json` and the trajectories beside them.
+Results go to `<output_dir>/eval_<name>.json`, `eval_<name>.md` and the trajectories `eval_<name>.jsonl`.
+Beside the success per site, the JSON and the markdown hold the 95% Wilson interval of every rate,
+success per template (templates of `env.train_split` marked seen, the others test-only), and the
+JSON holds each task's outcome so that later evaluations can be paired with it.
+
+`--baseline PATH` pairs this evaluation with an earlier one on the same tasks (exact McNemar test):
+PATH is an `eval_<name>.json` written by this recipe or an evaluation's trajectories `.jsonl`
+(e.g. a WebRL run's `phase_NNN/eval.rank0.jsonl`). Differing task sets are an error, found before
+any episode runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from recipes.webrl import engine_options, recipe_config
+from webrl.evaluation.outcomes import Baseline, load_baseline
+from webrl.evaluation.report import evaluation_statistics
+from webrl.evaluation.stats import require_same_tasks
 from webrl.inference.engine import build_engine
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import success_by_site
@@ -20,9 +34,16 @@ from webrl.run_state import write_json_atomic
 from webrl.web_environment import WebEnvironment
 
 
-def evaluate_checkpoint(config: WebRLConfig, env: WebEnvironment, checkpoint: Path, name: str) -> dict[str, float]:
-    """Greedy episodes of `checkpoint` on `env.test_split`; prints and saves success per site."""
+def evaluate_checkpoint(
+    config: WebRLConfig, env: WebEnvironment, checkpoint: Path, name: str, baseline: Baseline | None = None
+) -> dict[str, float]:
+    """Greedy episodes of `checkpoint` on `env.test_split`; prints and saves success per site and its statistics."""
     tasks = env.suite(config.env.test_split, config.env.test_tasks, config.seed)
+    if baseline is not None:
+        try:
+            require_same_tasks([task.task_id for task in tasks], baseline.outcomes)
+        except ValueError as err:
+            raise SystemExit(f"{config.env.test_split} tasks (A) vs --baseline {baseline.source} (B): {err}") from None
     out_dir = Path(config.output_dir)
     engine = build_engine(config.rollout.engine, checkpoint, **engine_options(config))
     try:
@@ -32,18 +53,37 @@ def evaluate_checkpoint(config: WebRLConfig, env: WebEnvironment, checkpoint: Pa
     finally:
         engine.close()
     metrics = success_by_site(trajectories, key="eval_reward")
-    write_json_atomic(out_dir / f"eval_{name}.json", {"checkpoint": str(checkpoint), **metrics, **rollout_metrics})
-    print(format_site_table(metrics, f"{name}: {checkpoint} on {config.env.test_split} ({len(tasks)} tasks)"))
+    title = f"{name}: {checkpoint} on {config.env.test_split} ({len(tasks)} tasks)"
+    seen_templates = {task.intent_template_id for task in env.suite(config.env.train_split, 0, config.seed)}
+    statistics, markdown = evaluation_statistics(trajectories, seen_templates, title, baseline)
+    record = {"checkpoint": str(checkpoint), **metrics, **rollout_metrics, **statistics}
+    write_json_atomic(out_dir / f"eval_{name}.json", record)
+    (out_dir / f"eval_{name}.md").write_text(markdown, encoding="utf-8")
+    print(format_site_table(metrics, title))
+    print(markdown)
     return metrics
 
 
+def split_baseline(argv: list[str]) -> tuple[Path | None, list[str]]:
+    """`--baseline PATH` (or `--baseline=PATH`) taken out of `argv`; the rest is for the config loader."""
+    parser = argparse.ArgumentParser(prog="python -m recipes.evaluate", add_help=False, allow_abbrev=False)
+    parser.add_argument("--baseline", type=Path, default=None)
+    known, rest = parser.parse_known_args(argv)
+    return known.baseline, rest
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    config = recipe_config(argv)
+    baseline_path, rest = split_baseline(list(sys.argv[1:] if argv is None else argv))
+    config = recipe_config(rest)
     checkpoint = Path(config.model.actor)
     if not config.model.actor or not (checkpoint / "config.json").exists():
         raise SystemExit(f"model.actor={config.model.actor!r}: give the model directory to evaluate (with config.json)")
+    try:
+        baseline = load_baseline(baseline_path) if baseline_path is not None else None
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"--baseline: {err}") from None
     with WebEnvironment(config) as env:
-        return evaluate_checkpoint(config, env, checkpoint, name=checkpoint.name)
+        return evaluate_checkpoint(config, env, checkpoint, name=checkpoint.name, baseline=baseline)
 
 
 if __name__ == "__main__":
