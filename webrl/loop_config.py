@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from webrl.data.curriculum_config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
-from webrl.modules.losses import ActorLossConfig
+from webrl.modules.losses import ActorLossConfig, AdvantageConfig
 from webrl.training import StageSettings
 
 REWARD_SOURCES = ("orm", "evaluator")
@@ -131,6 +131,7 @@ class ActorConfig:
 
     train: StageSettings = field(default_factory=lambda: StageSettings(lr=1e-4, epochs=1.0, batch_size=8))
     loss: ActorLossConfig = field(default_factory=ActorLossConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
 
 
 @dataclass

@@ -32,6 +32,7 @@ from webrl.data.replay import ReplayFilterConfig, actor_scorer, current_phase_sa
 from webrl.data.steps import write_samples
 from webrl.data.traces import import_trace_dir, orm_examples, sft_examples, write_sharegpt
 from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
+from webrl.modules.losses import AdvantageConfig
 
 OrmScorer = Callable[[list[str]], list[float]]
 """score(orm_prompts) -> P(YES) of each prompt."""
@@ -186,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--actor", help="current actor directory (stage 2)")
     p.add_argument("--experience", nargs="*", help="earlier phases' stage-1 outputs or trace dirs (stage 2)")
-    p.add_argument("--gamma", type=float, default=0.9, help="discount of mc_return")
+    p.add_argument("--gamma", type=float, default=AdvantageConfig.gamma, help="discount of mc_return")
     p.add_argument("--low", type=float, default=0.5, help="filter window lower bound (exclusive)")
     p.add_argument("--high", type=float, default=0.95, help="filter window upper bound (inclusive)")
     p.add_argument("--cap-ratio", type=float, default=2.0, help="replayed steps <= cap-ratio x current steps")
