@@ -98,7 +98,6 @@ def test_describe_lists_nested_keys_with_docs():
     ("overrides", "named"),
     [
         (["reward.source=orm", "reward.orm_labels=false"], "reward.orm_labels"),
-        (["filtered_bc.percentile=120"], "filtered_bc.percentile"),
         (["actor.loss.objective=ppo"], "actor_loss.objective"),
     ],
 )

@@ -137,7 +137,19 @@ def describe(schema: Any, prefix: str = "") -> str:
 
 
 def _field_docs(schema: type) -> dict[str, str]:
-    """Field docstrings: the string literal right under each field in the class body."""
+    """Field docstrings: the string literal right under each field, in the class body or a base class's.
+
+    Bases come first, so a subclass that redeclares a field with its own docstring wins.
+    """
+    docs: dict[str, str] = {}
+    for cls in reversed(schema.__mro__):
+        if dataclasses.is_dataclass(cls):
+            docs.update(_own_field_docs(cls))
+    return docs
+
+
+def _own_field_docs(schema: type) -> dict[str, str]:
+    """Field docstrings written in `schema`'s own class body."""
     try:
         source = inspect.getsource(schema)
     except (OSError, TypeError):
