@@ -76,7 +76,7 @@ def trajectory_outcome(trajectory: Trajectory) -> float:
             return 1.0 if value >= 0.5 else 0.0
     raise ValueError(
         f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no outcome, evaluator or ORM "
-        "reward: label it first (python -m webrl.data process --stage 1)"
+        "reward: label it first (python -m webrl.data process stage=[1])"
     )
 
 
