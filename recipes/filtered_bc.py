@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from recipes.evaluate import evaluate_checkpoint
+from recipes.filtered_bc_config import FilteredBCRunConfig
 from recipes.webrl import launch_fabric, recipe_config
 from webrl.baselines import phase_rollouts, top_scored
 from webrl.report import format_comparison
@@ -26,7 +27,7 @@ from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    config = recipe_config(argv)
+    config = recipe_config(argv, FilteredBCRunConfig)
     settings = config.filtered_bc
     try:
         rollouts = phase_rollouts(Path(settings.source_run), settings.source_phase)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TypeVar
 
 from lightning.fabric import Fabric
 
@@ -34,16 +35,18 @@ from webrl.web_environment import WebEnvironment
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "webrl_tiny.yaml"
+RecipeConfig = TypeVar("RecipeConfig", bound=WebRLConfig)
 
 
-def recipe_config(argv: list[str] | None) -> WebRLConfig:
-    """Set up logging and read the run's config (the default file, `--config`, then key=value overrides).
+def recipe_config(argv: list[str] | None, schema: type[RecipeConfig] = WebRLConfig) -> RecipeConfig:
+    """Set up logging and read a recipe's config (the default file, `--config`, then key=value overrides).
 
-    A bad key or value ends the program with one line that names it, never a traceback.
+    `schema` is the run config or a recipe's extension of it. A bad key or value ends the program
+    with one line that names it, never a traceback.
     """
     setup_logging()
     try:
-        return load_config(WebRLConfig, argv, default_file=DEFAULT_CONFIG)
+        return load_config(schema, argv, default_file=DEFAULT_CONFIG)
     except (ConfigError, ValueError) as err:
         raise SystemExit(f"config error: {err}") from None
 

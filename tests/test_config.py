@@ -52,6 +52,33 @@ def test_bad_yaml_key_names_file_and_key(tmp_path):
     assert "bad.yaml" in str(err.value) and "momentum" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "where", "problem"),
+    [
+        ("seed: 1\noptim:\n  lr: [1e-5\n", ":4:1:", "expected ',' or ']'"),
+        ("seed: 1\n\toptim: 2\n", ":2:1:", "tab"),
+        ("seed: 'open\n", ":2:1:", "found unexpected end of stream (while scanning a quoted scalar at 1:7)"),
+        ("seed: 1\nseed: 2\n", ":2:1:", "duplicate key seed"),
+    ],
+)
+def test_malformed_yaml_is_one_line_naming_file_line_and_column(tmp_path, text, where, problem):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(Root, ["--config", str(path)])
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}{where} not valid YAML: ")
+    assert problem in message
+
+
+def test_yaml_list_is_not_a_config(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- seed: 1\n")
+    with pytest.raises(ConfigError, match="list.yaml: the top level must be a mapping of keys, got a ListConfig"):
+        load_config(Root, ["--config", str(path)])
+
+
 def test_missing_file_and_malformed_items():
     with pytest.raises(ConfigError, match="not found"):
         load_config(Root, ["--config", "/nonexistent.yaml"])
@@ -71,7 +98,6 @@ def test_describe_lists_nested_keys_with_docs():
     ("overrides", "named"),
     [
         (["reward.source=orm", "reward.orm_labels=false"], "reward.orm_labels"),
-        (["filtered_bc.percentile=120"], "filtered_bc.percentile"),
         (["actor.loss.objective=ppo"], "actor_loss.objective"),
     ],
 )

@@ -45,7 +45,13 @@ def load_config(schema: type[T], argv: Sequence[str] | None = None, *, default_f
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         try:
-            merged = OmegaConf.merge(merged, OmegaConf.load(path))
+            loaded = OmegaConf.load(path)
+        except yaml.YAMLError as err:
+            raise ConfigError(_describe_yaml_error(path, err)) from None
+        if not isinstance(loaded, DictConfig):
+            raise ConfigError(f"{path}: the top level must be a mapping of keys, got a {type(loaded).__name__}")
+        try:
+            merged = OmegaConf.merge(merged, loaded)
         except OmegaConfBaseException as err:
             raise ConfigError(f"{path}: {_describe_error(err)}") from None
     for item in overrides:
@@ -98,6 +104,18 @@ def _describe_error(err: OmegaConfBaseException) -> str:
     return f"key '{key}': {message}" if key else message
 
 
+def _describe_yaml_error(path: Path, err: yaml.YAMLError) -> str:
+    """`file:line:column: not valid YAML: problem (context at line:column)`: PyYAML's many-line report on one line."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    context = getattr(err, "context", None)
+    if context:
+        start = getattr(err, "context_mark", None)
+        problem += f" ({context} at {start.line + 1}:{start.column + 1})" if start else f" ({context})"
+    return f"{where}: not valid YAML: {problem}"
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     """Plain nested dict of a config dataclass (for W&B and for saving beside checkpoints)."""
     return dataclasses.asdict(config)
@@ -119,7 +137,19 @@ def describe(schema: Any, prefix: str = "") -> str:
 
 
 def _field_docs(schema: type) -> dict[str, str]:
-    """Field docstrings: the string literal right under each field in the class body."""
+    """Field docstrings: the string literal right under each field, in the class body or a base class's.
+
+    Bases come first, so a subclass that redeclares a field with its own docstring wins.
+    """
+    docs: dict[str, str] = {}
+    for cls in reversed(schema.__mro__):
+        if dataclasses.is_dataclass(cls):
+            docs.update(_own_field_docs(cls))
+    return docs
+
+
+def _own_field_docs(schema: type) -> dict[str, str]:
+    """Field docstrings written in `schema`'s own class body."""
     try:
         source = inspect.getsource(schema)
     except (OSError, TypeError):

@@ -235,7 +235,12 @@ class PhaseLoop:
             score = actor_scorer(model, tokenizer, max_length=self.config.model.max_length)
             current_steps = sum(len(t.steps) for t in labelled)
             kept = filter_by_perplexity(
-                experience, score, current_steps=current_steps, config=self.config.replay.filter, fabric=self.fabric
+                experience,
+                score,
+                current_steps=current_steps,
+                config=self.config.replay.filter,
+                gamma=self.config.actor.advantage.gamma,
+                fabric=self.fabric,
             )
         if self.fabric.is_global_zero:
             write_samples(out, kept)
@@ -273,7 +278,9 @@ class PhaseLoop:
             return {}
         settings = self.config.actor.train
         model, tokenizer = self._load_actor_model(self.actor_dir(phase))
-        actor = ActorModule(model, tokenizer, loss=self.config.actor.loss, lr=settings.lr)
+        actor = ActorModule(
+            model, tokenizer, loss=self.config.actor.loss, advantage=self.config.actor.advantage, lr=settings.lr
+        )
         critic = self._load_critic(self.critic_path(phase))
         critic.requires_grad_(False)
         actor.attach_critic(critic.to(self.fabric.device))
@@ -369,6 +376,7 @@ class PhaseLoop:
             target=phase_stage,
             batch_size=batch_size,
             max_length=self.config.model.max_length,
+            gamma=self.config.actor.advantage.gamma,
             seed=stage_seed(self.config.seed, phase, phase_stage),
             critic_tokenizer=critic_tokenizer,
         )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from webrl.data.curriculum_config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
-from webrl.modules.losses import ActorLossConfig
+from webrl.modules.losses import ActorLossConfig, AdvantageConfig
 from webrl.training import StageSettings
 
 REWARD_SOURCES = ("orm", "evaluator")
@@ -131,6 +131,7 @@ class ActorConfig:
 
     train: StageSettings = field(default_factory=lambda: StageSettings(lr=1e-4, epochs=1.0, batch_size=8))
     loss: ActorLossConfig = field(default_factory=ActorLossConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
 
 
 @dataclass
@@ -149,24 +150,6 @@ class ReplayConfig:
     max_scored_steps: int = 0
     """Score at most this many candidate steps per phase, from a seeded sample of whole trajectories (0 = all)."""
     filter: ReplayFilterConfig = field(default_factory=ReplayFilterConfig)
-
-
-@dataclass
-class FilteredBCConfig:
-    """The Filtered BC baseline (recipes.filtered_bc): behaviour cloning on a WebRL run's best-scored rollouts.
-
-    As in the paper (App. B.2): offline on the interaction data of WebRL's phase 1, keeping the
-    rollouts whose ORM score reaches the given percentile, together with the SFT data; training
-    continues from the SFT actor.
-    """
-
-    source_run: str = "runs/webrl_tiny"
-    """The WebRL run whose labelled rollouts are filtered (its `phase_NNN/labelled.jsonl`)."""
-    source_phase: int = 1
-    """Phase of `source_run` whose rollouts are used."""
-    percentile: float = 70.0
-    """Keep rollouts whose ORM score is at or above this percentile of the phase's scores."""
-    train: StageSettings = field(default_factory=lambda: StageSettings(lr=1e-4, epochs=1.0, batch_size=8))
 
 
 @dataclass
@@ -203,7 +186,6 @@ class WebRLConfig:
     critic: CriticConfig = field(default_factory=CriticConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     curriculum: CurriculumConfig = field(default_factory=lambda: CurriculumConfig(mode="template", tasks_per_phase=48))
-    filtered_bc: FilteredBCConfig = field(default_factory=FilteredBCConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
@@ -229,7 +211,4 @@ class WebRLConfig:
         self.orm.train.validate("orm.train")
         self.actor.train.validate("actor.train")
         self.critic.train.validate("critic.train")
-        self.filtered_bc.train.validate("filtered_bc.train")
-        if not 0.0 <= self.filtered_bc.percentile <= 100.0:
-            raise ValueError(f"filtered_bc.percentile must lie in [0, 100], got {self.filtered_bc.percentile}")
         self.fabric.validate()

@@ -1,4 +1,4 @@
-"""`python -m webrl.data process`: stage 1 labelling, stage 2 filtering with a real tiny model, errors."""
+"""`python -m webrl.data process`: typed config, stage 1 labelling, stage 2 filtering with a real tiny model, errors."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def test_stage1_from_a_trace_dir_with_evaluator_rewards(tmp_path, capsys):
     write_result_dir(tmp_path / "run", {"1": ("a", 1.0, 2), "2": ("b", 0.0, 2), "3": ("c", 1.0, 2)})
     out = tmp_path / "phase1.jsonl"
     code = main(
-        ["process", "--stage", "1", "--rollouts", str(tmp_path / "run"), "--reward-source", "evaluator"]
-        + ["--output", str(out), "--sft-out", str(tmp_path / "sft.json")]
+        ["process", "stage=[1]", f"rollouts={tmp_path / 'run'}", "reward_source=evaluator"]
+        + [f"output={out}", f"sft_out={tmp_path / 'sft.json'}"]
     )
     assert code == 0
     assert [t.outcome for t in read_trajectories(out)] == [1.0, 0.0, 1.0]
@@ -71,9 +71,9 @@ def test_stage1_with_orm_then_stage2_with_the_actor(tmp_path, tiny_model_dir, ma
     write_trajectories(experience, history)
     out = tmp_path / "phase1.jsonl"
     code = main(
-        ["process", "--stage", "1", "2", "--rollouts", str(rollouts), "--orm", str(tiny_model_dir)]
-        + ["--output", str(out), "--actor", str(tiny_model_dir), "--experience", str(experience)]
-        + ["--low", "0.0", "--high", "1.0", "--cap-ratio", "1.5"]
+        ["process", "stage=[1,2]", f"rollouts={rollouts}", f"orm={tiny_model_dir}"]
+        + [f"output={out}", f"actor={tiny_model_dir}", f"experience=[{experience}]"]
+        + ["filter.low=0.0", "filter.high=1.0", "filter.cap_ratio=1.5", "gamma=0.5"]
     )
     assert code == 0
     labelled = read_trajectories(out)
@@ -81,6 +81,8 @@ def test_stage1_with_orm_then_stage2_with_the_actor(tmp_path, tiny_model_dir, ma
     samples = read_samples(tmp_path / "phase1_filter.jsonl")
     replayed = [s for s in samples if s.score is not None]
     assert len(samples) - len(replayed) == 4  # every current step
+    current = [s for s in samples if s.score is None]
+    assert all(s.mc_return == s.trajectory_reward * (1.5 if s.step_index == 0 else 1.0) for s in current)  # γ = 0.5
     assert len(replayed) == 6  # 9 first-success steps in (0, 1], capped at 1.5 x 4
     assert {s.task_id for s in replayed} <= {"h0", "h1", "h2"}
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
@@ -88,34 +90,68 @@ def test_stage1_with_orm_then_stage2_with_the_actor(tmp_path, tiny_model_dir, ma
     assert [s.score for s in replayed] == pytest.approx(direct.geo_mean_prob.tolist(), rel=1e-4)
 
 
-def test_errors_are_one_line_naming_the_culprit(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["process", "--stage", "1", "--rollouts", "r.jsonl", "--output", "o.jsonl"])
-    assert exit_info.value.code == 2
-    assert "--reward-source orm needs --orm PATH" in capsys.readouterr().err
-    evaluator = ["--reward-source", "evaluator"]
-    code = main(["process", "--stage", "1", "--rollouts", str(tmp_path / "missing"), "--output", "o.jsonl", *evaluator])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["stage=[1]", "rollouts=r.jsonl", "output=o.jsonl"], "reward_source=orm needs orm=PATH"),
+        (["stage=[3]", "output=o.jsonl"], "stage must list stages to run"),
+        (["stage=1", "output=o.jsonl"], "key 'stage'"),
+        (["stage=[2]", "actor=a", "output=o.jsonl", "filter.lowest=0.1"], "filter.lowest"),
+        (["stage=[1]", "rollouts=r", "orm=m", "output=o", "orm_answers=[YES,NO]"], "two quoted words"),
+        (["--stage", "1"], "unknown option '--stage'"),
+    ],
+)
+def test_config_errors_are_one_line_naming_the_key(argv, message, capsys):
+    assert main(["process", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_input_errors_are_one_line_naming_the_culprit(tmp_path, capsys):
+    evaluator = "reward_source=evaluator"
+    code = main(["process", "stage=[1]", f"rollouts={tmp_path / 'missing'}", "output=o.jsonl", evaluator])
     assert code == 2
     assert f"error: rollouts not found: {tmp_path / 'missing'}" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"schema": 1}\n{oops\n{"schema": 1}\n')
-    code = main(["process", "--stage", "1", "--rollouts", str(bad), "--output", str(tmp_path / "o.jsonl"), *evaluator])
+    code = main(["process", "stage=[1]", f"rollouts={bad}", f"output={tmp_path / 'o.jsonl'}", evaluator])
     assert code == 2
     assert "bad.jsonl:1: not a trajectory record" in capsys.readouterr().err
-    code = main(["process", "--stage", "2", "--output", str(tmp_path / "none.jsonl"), "--actor", "x"])
+    code = main(["process", "stage=[2]", f"output={tmp_path / 'none.jsonl'}", "actor=x"])
     assert code == 2
     assert "none.jsonl, which does not exist: run stage 1" in capsys.readouterr().err
 
 
+def test_settings_come_from_a_yaml_file_then_overrides(tmp_path, capsys):
+    write_result_dir(tmp_path / "run", {"1": ("a", 1.0, 2), "2": ("b", 0.0, 2)})
+    settings = tmp_path / "process.yaml"
+    settings.write_text(f"stage: [1]\nrollouts: {tmp_path / 'run'}\nreward_source: evaluator\noutput: unused.jsonl\n")
+    out = tmp_path / "phase1.jsonl"
+    assert main(["process", "--config", str(settings), f"output={out}"]) == 0
+    assert [t.outcome for t in read_trajectories(out)] == [1.0, 0.0]
+    assert f"2 trajectories, 1 successful -> {out}" in capsys.readouterr().out
+
+
+def test_help_lists_every_key_with_its_docstring(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["process", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert "gamma = 0.9  -- Discount of each step's mc_return" in text
+    assert "filter.cap_ratio = 2.0  -- At most cap_ratio" in text
+    assert "reward_source = 'orm'  -- " in text
+    assert main(["--help"]) == 0 and "process [--config FILE] [key=value ...]" in capsys.readouterr().out
+
+
 def test_module_entry_point_runs(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "webrl.data", "process", "--stage", "2", "--output", str(tmp_path / "o.jsonl")],
+        [sys.executable, "-m", "webrl.data", "process", "stage=[2]", f"output={tmp_path / 'o.jsonl'}"],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 2
-    assert "--stage 2 needs --actor PATH" in result.stderr
+    assert "stage 2 needs actor=PATH" in result.stderr
 
 
 def test_stage2_on_two_processes_matches_one(tmp_path, tiny_model_dir, make_trajectory):
@@ -123,11 +159,11 @@ def test_stage2_on_two_processes_matches_one(tmp_path, tiny_model_dir, make_traj
     write_trajectories(rollouts, [make_trajectory(f"c{i}", num_steps=2, outcome=None, eval_reward=1.0) for i in (0, 1)])
     experience = tmp_path / "phase0.jsonl"
     write_trajectories(experience, [make_trajectory(f"h{i}", num_steps=i + 1, outcome=1.0) for i in range(4)])
-    common = ["process", "--stage", "1", "2", "--rollouts", str(rollouts), "--reward-source", "evaluator"]
-    common += ["--actor", str(tiny_model_dir), "--experience", str(experience), "--low", "0", "--high", "1"]
-    assert main([*common, "--output", str(tmp_path / "one.jsonl")]) == 0
+    common = ["process", "stage=[1,2]", f"rollouts={rollouts}", "reward_source=evaluator"]
+    common += [f"actor={tiny_model_dir}", f"experience=[{experience}]", "filter.low=0", "filter.high=1"]
+    assert main([*common, f"output={tmp_path / 'one.jsonl'}"]) == 0
     result = subprocess.run(
-        [sys.executable, "-m", "webrl.data", *common, "--output", str(tmp_path / "two.jsonl"), "--devices", "2"],
+        [sys.executable, "-m", "webrl.data", *common, f"output={tmp_path / 'two.jsonl'}", "devices=2"],
         capture_output=True,
         text=True,
         timeout=300,

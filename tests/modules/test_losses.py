@@ -42,7 +42,9 @@ def test_paper_advantage():
     got = paper_advantage(value, next_value, outcome, done, steps_to_end, gamma=0.9, lam=0.5)
     assert torch.allclose(got, t(0.175, -0.2, 0.7))
     # lam = 1 keeps only TD: s0 -> .04
-    assert torch.isclose(paper_advantage(value, next_value, outcome, done, steps_to_end, lam=1.0)[0], t(0.04)[0])
+    assert torch.isclose(
+        paper_advantage(value, next_value, outcome, done, steps_to_end, gamma=0.9, lam=1.0)[0], t(0.04)[0]
+    )
 
 
 def test_release_advantage():

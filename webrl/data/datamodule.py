@@ -32,6 +32,7 @@ from webrl.data.collate import ActorCollator, CriticCollator
 from webrl.data.prompts import uses_chat_template
 from webrl.data.steps import StepSample, trajectory_to_samples
 from webrl.data.trajectory import Trajectory
+from webrl.modules.losses import AdvantageConfig
 
 TARGETS = ("actor", "critic")
 
@@ -68,7 +69,7 @@ class ReplayDataModule(L.LightningDataModule):
         target: str = "actor",
         batch_size: int = 1,
         max_length: int = 16384,
-        gamma: float = 0.9,
+        gamma: float = AdvantageConfig.gamma,
         shuffle: bool = True,
         seed: int = 0,
         num_workers: int = 0,

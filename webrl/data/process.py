@@ -3,38 +3,42 @@
 This is the release's `process_data.py` in one place, on this project's files:
 
     # stage 1: rollouts (a VisualAgentBench result dir or our JSONL) -> labelled trajectories
-    python -m webrl.data process --stage 1 --rollouts results/phase3 --orm runs/orm --output data/phase3.jsonl
-    python -m webrl.data process --stage 1 --rollouts rollouts.jsonl --reward-source evaluator --output data/p3.jsonl
+    python -m webrl.data process stage=[1] rollouts=results/phase3 orm=runs/orm output=data/phase3.jsonl
+    python -m webrl.data process stage=[1] rollouts=rollouts.jsonl reward_source=evaluator output=data/p3.jsonl
     # stage 2: earlier phases' successes through the actor-confidence filter + all current steps
-    python -m webrl.data process --stage 2 --output data/phase3.jsonl --experience data/phase1.jsonl \\
-        data/phase2.jsonl --actor runs/actor_phase2        # writes data/phase3_filter.jsonl
-    python -m webrl.data process --stage 1 2 ...           # both, like the release
+    python -m webrl.data process stage=[2] output=data/phase3.jsonl \\
+        experience=[data/phase1.jsonl,data/phase2.jsonl] actor=runs/actor_phase2   # writes data/phase3_filter.jsonl
+    python -m webrl.data process --config process.yaml stage=[1,2]                 # both, like the release
 
-Stage 1 sets every trajectory's `outcome`: with `--reward-source orm` from the ORM's P(YES) >= 0.5
-(also stored as `orm_score` / `orm_reward`), with `--reward-source evaluator` from the evaluator
-score >= 0.5. Stage 2 writes a flat, seeded-shuffled JSONL of step samples: the replayed steps the
-filter kept plus every step of the current phase (successes and failures), which is what the
-critic and the actor train on. `--devices N` scores stage 2's experience on N processes (DDP);
-stage 1 then runs on rank 0 only.
+Settings come from `ProcessConfig` (`webrl.data.process_config`) like a recipe's: `--config FILE`,
+then key=value overrides; `python -m webrl.data process --help` lists every key. Stage 1 sets every
+trajectory's `outcome`: with `reward_source=orm` from the ORM's P(YES) >= 0.5 (also stored as
+`orm_score` / `orm_reward`), with `reward_source=evaluator` from the evaluator score >= 0.5. Stage 2
+writes a flat, seeded-shuffled JSONL of step samples: the replayed steps the filter kept plus every
+step of the current phase (successes and failures), which is what the critic and the actor train
+on. `devices=N` scores stage 2's experience on N processes (DDP); stage 1 then runs on rank 0 only.
 """
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from webrl.config import ConfigError, load_config
+from webrl.data.process_config import ProcessConfig
 from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
-from webrl.data.replay import ReplayFilterConfig, actor_scorer, current_phase_samples, filter_by_perplexity
+from webrl.data.replay import actor_scorer, current_phase_samples, filter_by_perplexity
 from webrl.data.steps import write_samples
 from webrl.data.traces import import_trace_dir, orm_examples, sft_examples, write_sharegpt
 from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
 
 OrmScorer = Callable[[list[str]], list[float]]
 """score(orm_prompts) -> P(YES) of each prompt."""
+
+USAGE = "usage: python -m webrl.data process [--config FILE] [key=value ...]   (process --help lists every key)"
 
 
 def load_rollouts(path: str | Path) -> list[Trajectory]:
@@ -53,7 +57,7 @@ def label_with_evaluator(trajectories: Sequence[Trajectory]) -> None:
         if trajectory.eval_reward is None:
             raise ValueError(
                 f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no evaluator reward: "
-                "use --reward-source orm"
+                "use reward_source=orm"
             )
         trajectory.outcome = 1.0 if trajectory.eval_reward >= 0.5 else 0.0
 
@@ -99,54 +103,53 @@ def orm_scorer(
     return score, orm.tokenizer if uses_chat_template(orm.tokenizer) else None
 
 
-def stage1(args: argparse.Namespace) -> list[Trajectory]:
-    trajectories = load_rollouts(args.rollouts)
-    if args.reward_source == "evaluator":
+def stage1(config: ProcessConfig) -> list[Trajectory]:
+    trajectories = load_rollouts(config.rollouts)
+    if config.reward_source == "evaluator":
         label_with_evaluator(trajectories)
     else:
-        answers = tuple(args.orm_answers) if args.orm_answers else None
-        score, chat = orm_scorer(args.orm, batch_size=args.batch_size, answer_words=answers)
+        answers = tuple(config.orm_answers) if config.orm_answers else None
+        score, chat = orm_scorer(config.orm, batch_size=config.batch_size, answer_words=answers)
         label_with_orm(trajectories, score, chat_template_tokenizer=chat)
-    write_trajectories(args.output, trajectories)
+    write_trajectories(config.output, trajectories)
     successes = sum(1 for t in trajectories if t.outcome == 1.0)
-    print(f"stage 1: {len(trajectories)} trajectories, {successes} successful -> {args.output}")
-    if args.sft_out:
-        print(f"sft data: {write_sharegpt(args.sft_out, sft_examples(trajectories))}")
-    if args.orm_data_out:
-        print(f"orm data: {write_sharegpt(args.orm_data_out, orm_examples(trajectories))}")
+    print(f"stage 1: {len(trajectories)} trajectories, {successes} successful -> {config.output}")
+    if config.sft_out:
+        print(f"sft data: {write_sharegpt(config.sft_out, sft_examples(trajectories))}")
+    if config.orm_data_out:
+        print(f"orm data: {write_sharegpt(config.orm_data_out, orm_examples(trajectories))}")
     return trajectories
 
 
-def stage2(args: argparse.Namespace, fabric: Any = None) -> None:
-    output = Path(args.output)
+def stage2(config: ProcessConfig, fabric: Any = None) -> None:
+    output = Path(config.output)
     if not output.is_file():
         raise FileNotFoundError(
-            f"stage 2 reads the current phase from --output {output}, which does not exist: run stage 1"
+            f"stage 2 reads the current phase from output={output}, which does not exist: run stage 1"
         )
     current = read_trajectories(output)
-    experience = [t for path in args.experience or [] for t in load_rollouts(path)]
+    experience = [t for path in config.experience for t in load_rollouts(path)]
     from webrl.modules.lm import load_model_and_tokenizer
 
-    model, tokenizer = load_model_and_tokenizer(args.actor)
+    model, tokenizer = load_model_and_tokenizer(config.actor)
     if fabric is not None:
         model = model.to(fabric.device)
     chat = tokenizer if uses_chat_template(tokenizer) else None
-    current_samples = current_phase_samples(current, gamma=args.gamma, chat_template_tokenizer=chat)
-    config = ReplayFilterConfig(low=args.low, high=args.high, cap_ratio=args.cap_ratio, seed=args.seed)
+    current_samples = current_phase_samples(current, gamma=config.gamma, chat_template_tokenizer=chat)
     kept = filter_by_perplexity(
         experience,
-        actor_scorer(model, tokenizer, batch_size=args.batch_size),
+        actor_scorer(model, tokenizer, batch_size=config.batch_size),
         current_steps=len(current_samples),
-        config=config,
-        gamma=args.gamma,
-        batch_size=args.batch_size,
+        config=config.filter,
+        gamma=config.gamma,
+        batch_size=config.batch_size,
         fabric=fabric,
         chat_template_tokenizer=chat,
     )
     if fabric is not None and fabric.global_rank != 0:
         return
     samples = kept + current_samples
-    random.Random(args.seed).shuffle(samples)
+    random.Random(config.filter.seed).shuffle(samples)
     target = output.with_name(output.stem + "_filter.jsonl")
     write_samples(target, samples)
     print(f"stage 2: {len(kept)} replayed + {len(current_samples)} current steps -> {target}")
@@ -172,51 +175,27 @@ def _report(stage: Callable[..., Any], *args: Any) -> str | None:
     return None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m webrl.data", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("process", help="label rollouts (stage 1), build replay-filtered steps (stage 2)")
-    p.add_argument("--stage", type=int, nargs="+", choices=(1, 2), required=True, help="stages to run, in order")
-    p.add_argument("--rollouts", help="stage 1 input: a VisualAgentBench result dir or a trajectory .jsonl")
-    p.add_argument("--output", required=True, help="stage-1 output .jsonl; stage 2 writes <stem>_filter.jsonl")
-    p.add_argument("--reward-source", choices=("orm", "evaluator"), default="orm", help="stage-1 label source")
-    p.add_argument("--orm", help="ORM checkpoint directory (stage 1 with --reward-source orm)")
-    p.add_argument(
-        "--orm-answers", nargs=2, default=None, help="the ORM's single-token answer words (default: YES NO, or Yes No)"
-    )
-    p.add_argument("--actor", help="current actor directory (stage 2)")
-    p.add_argument("--experience", nargs="*", help="earlier phases' stage-1 outputs or trace dirs (stage 2)")
-    p.add_argument("--gamma", type=float, default=0.9, help="discount of mc_return")
-    p.add_argument("--low", type=float, default=0.5, help="filter window lower bound (exclusive)")
-    p.add_argument("--high", type=float, default=0.95, help="filter window upper bound (inclusive)")
-    p.add_argument("--cap-ratio", type=float, default=2.0, help="replayed steps <= cap-ratio x current steps")
-    p.add_argument("--seed", type=int, default=0, help="seed of the replay sampling and the output shuffle")
-    p.add_argument("--batch-size", type=int, default=8, help="scoring batch size")
-    p.add_argument("--devices", type=int, default=1, help="processes that score in parallel (DDP)")
-    p.add_argument("--sft-out", help="also export successful steps as ShareGPT SFT JSON (stage 1)")
-    p.add_argument("--orm-data-out", help="also export ORM ShareGPT JSON (stage 1)")
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; bad input (missing path, malformed file) prints one error line and returns 2."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if 1 in args.stage and args.rollouts is None:
-        parser.error("--stage 1 needs --rollouts PATH")
-    if 1 in args.stage and args.reward_source == "orm" and args.orm is None:
-        parser.error("--reward-source orm needs --orm PATH (or use --reward-source evaluator)")
-    if 2 in args.stage and args.actor is None:
-        parser.error("--stage 2 needs --actor PATH (the current actor, which scores the replayed actions)")
-    fabric = _fabric(args.devices)
+    """Run the CLI; a bad setting or bad input (missing path, malformed file) prints one error line and returns 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] != ["process"]:
+        asked = argv[:1] in (["--help"], ["-h"])
+        print(USAGE, file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
+    try:
+        config = load_config(ProcessConfig, argv[1:])
+    except (ConfigError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    fabric = _fabric(config.devices)
     error = None
-    if 1 in args.stage and (fabric is None or fabric.global_rank == 0):
-        error = _report(stage1, args)
+    if 1 in config.stage and (fabric is None or fabric.global_rank == 0):
+        error = _report(stage1, config)
     if fabric is not None:
         # Every rank learns whether rank 0's stage 1 failed, so none waits forever for the others.
         error = fabric.broadcast(error)
-    if error is None and 2 in args.stage:
-        error = _report(stage2, args, fabric)
+    if error is None and 2 in config.stage:
+        error = _report(stage2, config, fabric)
     if error is not None:
         print(f"error: {error}", file=sys.stderr)
         return 2

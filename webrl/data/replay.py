@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from webrl.data.steps import StepSample, trajectory_to_samples
 from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
+from webrl.modules.losses import AdvantageConfig
 
 MANIFEST_VERSION = 1
 
@@ -230,7 +231,7 @@ def filter_by_perplexity(
     *,
     current_steps: int,
     config: ReplayFilterConfig | None = None,
-    gamma: float = 0.9,
+    gamma: float = AdvantageConfig.gamma,
     batch_size: int = 8,
     fabric: Any = None,
     chat_template_tokenizer: Any = None,
@@ -264,7 +265,7 @@ def filter_by_perplexity(
 
 
 def current_phase_samples(
-    trajectories: Iterable[Trajectory], *, gamma: float = 0.9, chat_template_tokenizer: Any = None
+    trajectories: Iterable[Trajectory], *, gamma: float = AdvantageConfig.gamma, chat_template_tokenizer: Any = None
 ) -> list[StepSample]:
     """All steps of the current phase's labelled trajectories (successes and failures alike)."""
     samples = []

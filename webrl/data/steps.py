@@ -22,6 +22,7 @@ from typing import Any
 
 from webrl.data.prompts import DEFAULT_MAX_CHARS, build_actor_prompt
 from webrl.data.trajectory import Trajectory, TrajectoryFileError, write_jsonl_atomic
+from webrl.modules.losses import AdvantageConfig
 
 
 @dataclass
@@ -75,7 +76,7 @@ def trajectory_outcome(trajectory: Trajectory) -> float:
             return 1.0 if value >= 0.5 else 0.0
     raise ValueError(
         f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no outcome, evaluator or ORM "
-        "reward: label it first (python -m webrl.data process --stage 1)"
+        "reward: label it first (python -m webrl.data process stage=[1])"
     )
 
 
@@ -92,7 +93,7 @@ def mc_returns(rewards: list[float], gamma: float) -> list[float]:
 def trajectory_to_samples(
     trajectory: Trajectory,
     *,
-    gamma: float = 0.9,
+    gamma: float = AdvantageConfig.gamma,
     max_chars: int = DEFAULT_MAX_CHARS,
     chat_template_tokenizer: Any = None,
 ) -> list[StepSample]:

@@ -23,7 +23,7 @@ _FORMS = ("paper", "release")
 OBJECTIVES = ("squared", "smooth_l1", "policy_gradient")
 
 
-def mc_returns(rewards: torch.Tensor, gamma: float = 0.9) -> torch.Tensor:
+def mc_returns(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
     """Discounted reward-to-go G_t = Σ_{k≥t} γ^{k−t} r_k along the last dim of `rewards` (..., T).
 
     [C] `add_mc_return`: with the release's reward broadcast (the outcome copied onto every
@@ -43,8 +43,8 @@ def paper_advantage(
     outcome: torch.Tensor,
     done: torch.Tensor,
     steps_to_end: torch.Tensor,
-    gamma: float = 0.9,
-    lam: float = 0.5,
+    gamma: float,
+    lam: float,
 ) -> torch.Tensor:
     """[P] eq. 8: A = λ(r_t + γV(s_{t+1}) − V(s_t)) + (1−λ)(γ^{T−t} r_T − V(s_t)); all inputs (B,).
 
@@ -87,7 +87,7 @@ class AdvantageConfig:
     form: str = "paper"
     """"paper": λ-mix of one-step TD and Monte-Carlo [P eq. 8]; "release": the released code's clamp + binarise."""
     gamma: float = 0.9
-    """Discount γ (both forms; the release uses it for mc_return, computed in the data pipeline)."""
+    """Discount γ of both forms and of each step's mc_return (data pipeline); every other default of γ points here."""
     lam: float = 0.5
     """λ weighting the one-step TD term against the Monte-Carlo term (paper form)."""
     margin: float = 0.05

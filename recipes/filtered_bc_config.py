@@ -1,0 +1,44 @@
+"""The Filtered BC recipe's config: the WebRL run's config plus the baseline's own section.
+
+It extends the run config because Filtered BC builds (or reuses) the same SFT actor and evaluates
+on the same held-out tasks, so those keys mean the same here; `filtered_bc.*` is its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from webrl.loop_config import WebRLConfig
+from webrl.training import StageSettings
+
+
+@dataclass
+class FilteredBCConfig:
+    """The Filtered BC baseline (recipes.filtered_bc): behaviour cloning on a WebRL run's best-scored rollouts.
+
+    As in the paper (App. B.2): offline on the interaction data of WebRL's phase 1, keeping the
+    rollouts whose ORM score reaches the given percentile, together with the SFT data; training
+    continues from the SFT actor.
+    """
+
+    source_run: str = "runs/webrl_tiny"
+    """The WebRL run whose labelled rollouts are filtered (its `phase_NNN/labelled.jsonl`)."""
+    source_phase: int = 1
+    """Phase of `source_run` whose rollouts are used."""
+    percentile: float = 70.0
+    """Keep rollouts whose ORM score is at or above this percentile of the phase's scores."""
+    train: StageSettings = field(default_factory=lambda: StageSettings(lr=1e-4, epochs=1.0, batch_size=8))
+
+
+@dataclass
+class FilteredBCRunConfig(WebRLConfig):
+    """A Filtered BC run: the WebRL run's keys (model, env, SFT, evaluation) and `filtered_bc.*`."""
+
+    filtered_bc: FilteredBCConfig = field(default_factory=FilteredBCConfig)
+
+    def validate(self) -> None:
+        """The run's checks, then the baseline's; each error names the key."""
+        super().validate()
+        self.filtered_bc.train.validate("filtered_bc.train")
+        if not 0.0 <= self.filtered_bc.percentile <= 100.0:
+            raise ValueError(f"filtered_bc.percentile must lie in [0, 100], got {self.filtered_bc.percentile}")

@@ -1,0 +1,82 @@
+"""The recipes' command line up to the config: `--help`, overrides, the shipped files, and bad files as one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipes import filtered_bc, webrl
+from recipes.filtered_bc_config import FilteredBCConfig, FilteredBCRunConfig
+from recipes.webrl import CONFIG_DIR, recipe_config
+from webrl.loop_config import WebRLConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_malformed_config_file_ends_the_recipe_with_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("phases: 2\nactor:\n  train: {lr: 1e-4\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "recipes.webrl", "--config", str(bad)],
+        cwd=REPO,
+        env={**os.environ, "WANDB_MODE": "offline"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"config error: {bad}:4:1: not valid YAML: "), last
+    assert "',' or '}'" in last and last.endswith("(while parsing a flow mapping at 3:10)"), last
+
+
+def test_missing_config_file_is_one_line_naming_it(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(SystemExit) as exit_info:
+        recipe_config(["--config", str(missing)])
+    assert exit_info.value.code == f"config error: config file not found: {missing}"
+
+
+def test_filtered_bc_config_is_the_run_config_plus_its_own_section():
+    argv = ["--config", str(CONFIG_DIR / "baseline_filtered_bc.yaml"), "filtered_bc.percentile=50", "phases=2"]
+    config = recipe_config(argv, FilteredBCRunConfig)
+    assert isinstance(config, WebRLConfig)
+    assert config.output_dir == "runs/filtered_bc" and config.phases == 2
+    assert config.filtered_bc == FilteredBCConfig(source_run="runs/webrl_tiny", source_phase=1, percentile=50.0)
+
+
+@pytest.mark.parametrize(
+    ("schema", "override", "named"),
+    [
+        (FilteredBCRunConfig, "filtered_bc.percentile=120", "filtered_bc.percentile"),
+        (FilteredBCRunConfig, "filtered_bc.train.lr=-1", "filtered_bc.train"),
+        (FilteredBCRunConfig, "actor.train.lr=-1", "actor.train"),
+        (WebRLConfig, "filtered_bc.percentile=50", "filtered_bc"),
+    ],
+)
+def test_bad_recipe_overrides_name_the_key(schema, override, named):
+    with pytest.raises(SystemExit) as exit_info:
+        recipe_config([override], schema)
+    assert named in str(exit_info.value.code)
+
+
+RUN_KEYS = ["actor.advantage.gamma = 0.9  -- Discount", "output_dir = 'runs/webrl_tiny'  -- Run directory"]
+
+
+@pytest.mark.parametrize(
+    ("recipe", "listed"),
+    [(webrl, RUN_KEYS), (filtered_bc, [*RUN_KEYS, "filtered_bc.percentile = 70.0  -- Keep rollouts"])],
+)
+def test_help_lists_every_key_of_each_recipe_with_its_docstring(recipe, listed, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        recipe.main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for line in listed:
+        assert line in text
+    assert ("filtered_bc." in text) == (recipe is filtered_bc)
