@@ -1,8 +1,8 @@
 """PhaseLoop: WebRL's outer loop on Lightning Fabric, one resumable stage at a time.
 
-Per phase (architecture.md, "One phase"): curriculum → rollouts → ORM labels → replay filter →
+Per phase (docs/method.md §2): curriculum → rollouts → ORM labels → replay filter →
 critic → actor → weight sync → evaluation on held-out tasks (temperature 0) → checkpoint.
-Phase 0 is the release's maintainers' phase 0 (webrl-method.md §7): the SFT actor is rolled out
+Phase 0 is the release's maintainers' phase 0 (docs/method.md §2.1): the SFT actor is rolled out
 on the training tasks, rollouts are labelled, the replay buffer starts with the SFT demonstrations
 and phase 0's successes, and its failures seed phase 1's curriculum; nothing is trained in it, and
 its evaluation is the SFT baseline.

@@ -1,6 +1,6 @@
 """The supervised stages before RL: demonstrations, the starting model, SFT, and the ORM.
 
-WebRL starts from an SFT actor and needs an ORM to label rollouts (webrl-method.md §1.6, §2). The
+WebRL starts from an SFT actor and needs an ORM to label rollouts (docs/method.md §2.1, §5). The
 paper's SFT data and ORM data were never released; here the project makes both itself: the
 embedded sites' reference solver writes demonstrations, SFT trains on them, and the ORM trains on
 the SFT actor's rollouts labelled by the tasks' programmatic evaluators (plus the demonstrations as

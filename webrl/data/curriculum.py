@@ -1,4 +1,4 @@
-"""Self-evolving curriculum (WebRL method §3): each phase's new tasks, grown from the last phase's failures.
+"""Self-evolving curriculum (docs/method.md §3): each phase's new tasks, grown from the last phase's failures.
 
 Per phase:
 1. Seeds: the tasks of the previous phase's failed trajectories, one per intent, grouped by site.

@@ -1,4 +1,4 @@
-"""Configuration of the self-evolving curriculum (WebRL method §3).
+"""Configuration of the self-evolving curriculum (docs/method.md §3).
 
 Every knob is a dataclass field with a one-line docstring, so that the phase loop's config schema
 can nest `CurriculumConfig` and print the docstrings as help. Defaults follow the paper and its

@@ -5,7 +5,7 @@ The cheap filters are plain functions over plain values so that each can be test
 inputs. The judge exists because generators invent tasks that the site cannot serve (live traffic
 on a map, refunds in a shop admin); an agent can only fail those, and the ORM then learns from
 noise. WebRL's release asks GPT-4o with per-site rules and a "reason, then [YES]/[NO]" answer
-(method §3). The rules live in `CurriculumConfig.judge_rules` (our wording, editable); the verdict
+(docs/method.md §3.2). The rules live in `CurriculumConfig.judge_rules` (our wording, editable); the verdict
 parser reads the last bracketed verdict, falls back to a last bare upper-case YES/NO, and reports
 None when it finds neither, so a rambling small model never crashes a phase.
 """

@@ -1,6 +1,6 @@
 """LLM task generation for the curriculum: the in-breadth evolving prompt and its reply parser.
 
-WebRL (method §3) shows a generator LLM up to 10 tasks that the agent failed on one website, as a
+WebRL (docs/method.md §3.1) shows a generator LLM up to 10 tasks that the agent failed on one website, as a
 bulleted list of back-ticked tasks, and asks for new tasks of the same domain that are more
 diverse, of similar difficulty and realistic, reusing the examples' concrete names; every
 back-ticked span of the reply is one new task. The prompt here is our own wording of that recipe.
@@ -147,7 +147,7 @@ def _check(text: str, min_chars: int, max_chars: int) -> str | None:
 
 
 class TaskGenerator:
-    """Evolves failed tasks into new candidate intents with an LLM (in-breadth evolving, method §3).
+    """Evolves failed tasks into new candidate intents with an LLM (in-breadth evolving, docs/method.md §3.1).
 
     All calls of a phase go to the engine as one batch, so a vLLM engine decodes them together;
     the sampling seed comes from the caller (the curriculum derives it from (seed, phase)).

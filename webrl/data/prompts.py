@@ -5,7 +5,7 @@ the log-probabilities trained on are not those of the behaviour policy. So the r
 the DataModule both call `build_actor_prompt` with the same arguments (intent, earlier raw
 responses, the current page HTML) and nothing else goes into a prompt.
 
-Actor prompt (WebRL release, method §5). Completion form, for models without a chat template
+Actor prompt (WebRL release, docs/method.md §4.2). Completion form, for models without a chat template
 (base models, and our tiny model, whose tokenizer has the Llama-3 markers as special tokens):
 
     Task Instruction: {intent}\\n\\n
@@ -30,7 +30,7 @@ HTML is dropped entirely and the prompt is longer than the budget). The release 
 the same way, at 16384 − 512 characters.
 
 The critic reads the actor prompt of a state (the release's critic ignores the action), so there
-is no separate critic prompt. The ORM prompt (method §2) is `build_orm_prompt`.
+is no separate critic prompt. The ORM prompt (docs/method.md §5.1) is `build_orm_prompt`.
 """
 
 from __future__ import annotations

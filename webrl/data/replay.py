@@ -6,7 +6,7 @@ temp file and renamed, then the manifest is replaced atomically, so a crash leav
 buffer or the new one, never a half-added phase; reopening the directory restores the buffer.
 The trajectories keep all their labels (ORM score and reward, evaluator reward, outcome).
 
-The filter (method §4, release `process_data.py` stage 2) decides which replayed steps join the
+The filter (docs/method.md §6.2, release `process_data.py` stage 2) decides which replayed steps join the
 current phase's training data: successful trajectories only, the first success per task (by
 intent string), then steps whose geometric-mean action-token probability under the current
 actor lies in (0.5, 0.95] (too unlikely: the actor moved away from it; too likely: nothing

@@ -6,7 +6,7 @@ the next state, and the outcome labels of its trajectory. It also keeps the piec
 built from (intent, earlier responses, page HTML) so that collation can re-build a prompt with a
 smaller HTML budget instead of cutting tokens.
 
-Conventions follow the WebRL release (method §1.5, §4.3): the trajectory's outcome is copied onto
+Conventions follow the WebRL release (docs/method.md §6.1): the trajectory's outcome is copied onto
 every step as `reward`; `mc_return` is the discounted sum of those rewards from the step to the
 end; the next state of the last step is its own page with its own action appended to the history.
 """

@@ -1,7 +1,7 @@
 """WebRL's action language: `do(action="Click", element="7")`, `exit(message="…")` and friends.
 
 The model answers with one Python-call-shaped line, optionally preceded by `# Element: …` and
-`# Note: …` comment lines (method §5). Like the release, parsing takes the text from the last
+`# Note: …` comment lines (docs/method.md §4.3). Like the release, parsing takes the text from the last
 `exit(` or else the last `do(` occurrence, then reads it with `ast` (never `eval`), so a response
 that thinks aloud before its action still parses, and text after the call (a stop token, a stray
 explanation) is ignored. Anything that does not parse raises `ActionParseError`; the episode turns

@@ -5,7 +5,7 @@ start page and returns the first observation; `step(response)` parses the model'
 acts, observes and records a Step (observation and URL from *before* the action, as training
 needs). Nothing the agent or the site does raises: malformed actions, missing elements, slow pages
 and even a dead browser become step errors or an ended episode with its status and reason recorded
-(method §5 limits: 30 steps, 5 identical consecutive actions, 5 consecutive parse failures).
+(docs/method.md §4.4 limits: 30 steps, 5 identical consecutive actions, 5 consecutive parse failures).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""WebArena's programmatic evaluators: string_match, url_match and program_html (method §6).
+"""WebArena's programmatic evaluators: string_match, url_match and program_html (docs/method.md §9.2).
 
 Each listed eval type scores 0 or 1 and the task's score is their product, like WebArena's
 `EvaluatorComb`; a task succeeds only at 1.0. The string rules follow WebArena's: the answer is

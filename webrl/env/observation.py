@@ -2,7 +2,7 @@
 
 An observation is what the model reads each turn. WebRL's release shows the model the current
 page as simplified HTML (`<tag id="N" attr="…">text</tag>`, ids only on elements it can act on,
-method §5); this module produces that form with one `page.evaluate` (see `observation_script`),
+docs/method.md §4.1); this module produces that form with one `page.evaluate` (see `observation_script`),
 then applies the character budget on the Python side so the cut is marked the same way everywhere.
 """
 

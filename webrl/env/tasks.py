@@ -1,7 +1,7 @@
 """Load and validate task configs in WebArena's JSON format.
 
 Task files are the contract between a site deployment and the agent: `__SHOPPING__`-style
-placeholders in URLs are replaced from a `url_map` given by the user's config (method §6), and every
+placeholders in URLs are replaced from a `url_map` given by the user's config (docs/method.md §9.2), and every
 field an evaluator will need is checked up front, so that a typo in task 417 surfaces at load time
 with its file, task id and field named, instead of as a crash or a silent zero reward hours later.
 """

@@ -1,7 +1,7 @@
 """WebRL's advantage and loss math as pure functions of tensors (no models, no state).
 
 Every function cites what it implements: the paper (arXiv 2411.02337, "[P]") or the released
-code's behaviour ("[C]"); `docs/webrl-method.md` §1–2 has both side by side. Where they differ,
+code's behaviour ("[C]"); `docs/method.md` §8 and §11 have both side by side. Where they differ,
 both are here and a config field chooses.
 
 Defaults follow the paper. Its actor objective trains on negative-advantage actions too, which
