@@ -43,7 +43,7 @@ from webrl.modules.critic import CriticModule
 from webrl.run_state import STAGES, RunState, seed_everything_for, stage_seed, write_json_atomic
 from webrl.supervised import save_model_dir
 from webrl.tracking import append_csv, log_trajectory_table
-from webrl.training import setup_for_training, train_module
+from webrl.training import StageSettings, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
 log = logging.getLogger(__name__)
@@ -256,7 +256,7 @@ class PhaseLoop:
         previous = self.critic_path(phase - 1)
         if previous is not None:
             critic.load_state_dict(torch.load(previous, map_location="cpu", weights_only=True))
-        data = self._datamodule(phase, critic.tokenizer, settings.batch_size, phase_stage="critic")
+        data = self._datamodule(phase, critic.tokenizer, settings, phase_stage="critic")
         module, optimizer = setup_for_training(self.fabric, critic)
         metrics = train_module(
             self.fabric,
@@ -284,9 +284,7 @@ class PhaseLoop:
         critic = self._load_critic(self.critic_path(phase))
         critic.requires_grad_(False)
         actor.attach_critic(critic.to(self.fabric.device))
-        data = self._datamodule(
-            phase, tokenizer, settings.batch_size, phase_stage="actor", critic_tokenizer=critic.tokenizer
-        )
+        data = self._datamodule(phase, tokenizer, settings, phase_stage="actor", critic_tokenizer=critic.tokenizer)
         module, optimizer = setup_for_training(self.fabric, actor)
         metrics = train_module(
             self.fabric,
@@ -366,7 +364,7 @@ class PhaseLoop:
         return load_model_and_tokenizer(path)
 
     def _datamodule(
-        self, phase: int, tokenizer: Any, batch_size: int, *, phase_stage: str, critic_tokenizer: Any = None
+        self, phase: int, tokenizer: Any, settings: StageSettings, *, phase_stage: str, critic_tokenizer: Any = None
     ) -> ReplayDataModule:
         replayed = read_samples(self.phase_dir(phase) / "replay_samples.jsonl")
         data = ReplayDataModule(
@@ -374,9 +372,10 @@ class PhaseLoop:
             current=self.labelled(phase),
             replay=replayed,
             target=phase_stage,
-            batch_size=batch_size,
+            batch_size=settings.batch_size,
             max_length=self.config.model.max_length,
             gamma=self.config.actor.advantage.gamma,
+            group_by_length=settings.group_by_length,
             seed=stage_seed(self.config.seed, phase, phase_stage),
             critic_tokenizer=critic_tokenizer,
         )

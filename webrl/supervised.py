@@ -181,6 +181,7 @@ def train_sft(
         batch_size=settings.batch_size,
         max_length=config.model.max_length,
         seed=config.seed,
+        group_by_length=settings.group_by_length,
     )
     data.setup()
     wrapped, optimizer = setup_for_training(fabric, module)

@@ -197,3 +197,18 @@ def test_batches_feed_the_critic_and_actor_modules_under_a_trainer(tiny_model_di
     loss.backward()
     assert torch.isfinite(loss) and "actor/loss" in metrics
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in actor.model.parameters())
+
+
+def test_group_by_length_batches_neighbours_in_length(tiny_tokenizer):
+    trajectories = build_trajectories()
+    dm = ReplayDataModule(tiny_tokenizer, current=trajectories, batch_size=2, seed=1, group_by_length=True)
+    dm.setup()
+    loader = dm.actor_dataloader()
+    lengths = [len(s.prompt) + len(s.action) for s in dm.dataset.samples]
+    index_batches = list(loader.batch_sampler)
+    assert sorted(i for batch in index_batches for i in batch) == list(range(len(lengths)))
+    # One pool holds every step here, so sorting it leaves no other step strictly between a batch's two lengths.
+    for batch in (b for b in index_batches if len(b) == 2):
+        low, high = sorted(lengths[i] for i in batch)
+        assert not [n for n in lengths if low < n < high]
+    assert sum(b["input_ids"].shape[0] for b in loader) == len(lengths)

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, SequentialSampler
 
 from webrl.data.collate import ActorCollator, CriticCollator
+from webrl.data.length_batches import LengthGroupedBatches
 from webrl.data.prompts import uses_chat_template
 from webrl.data.steps import StepSample, trajectory_to_samples
 from webrl.data.trajectory import Trajectory
@@ -57,7 +58,8 @@ class ReplayDataModule(L.LightningDataModule):
     the replayed samples the filter kept. `max_length` caps prompt + action tokens; longer
     prompts lose the end of their page HTML, never history or action. `target` picks what
     `train_dataloader` serves under a Trainer. Batches are left padded unless `padding_side`
-    says "right".
+    says "right". `group_by_length` batches steps of similar length together (see
+    `webrl.data.length_batches`), which cuts padding but changes the batch order.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class ReplayDataModule(L.LightningDataModule):
         num_workers: int = 0,
         critic_tokenizer: Any = None,
         padding_side: str = "left",
+        group_by_length: bool = False,
     ) -> None:
         super().__init__()
         if target not in TARGETS:
@@ -95,6 +98,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.seed = seed
         self.num_workers = num_workers
         self.padding_side = padding_side
+        self.group_by_length = group_by_length
         self.dataset: StepDataset | None = None
 
     def setup(self, stage: str | None = None) -> None:
@@ -131,6 +135,10 @@ class ReplayDataModule(L.LightningDataModule):
         if self.dataset is None:
             raise RuntimeError("call setup() before asking for a dataloader")
         world, rank = self._world()
+        if self.group_by_length and self.shuffle:
+            lengths = [len(sample.prompt) + len(sample.action) for sample in self.dataset.samples]
+            batches = LengthGroupedBatches(lengths, self.batch_size, seed=self.seed, rank=rank, world=world)
+            return DataLoader(self.dataset, batch_sampler=batches, collate_fn=collate, num_workers=self.num_workers)
         if world > 1:
             sampler = DistributedSampler(
                 self.dataset, num_replicas=world, rank=rank, shuffle=self.shuffle, seed=self.seed
