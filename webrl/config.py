@@ -19,11 +19,9 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from webrl.config_checks import ConfigError, finite_numbers
+
 T = TypeVar("T")
-
-
-class ConfigError(ValueError):
-    """A configuration problem; the message names the key (and file) at fault."""
 
 
 def load_config(schema: type[T], argv: Sequence[str] | None = None, *, default_file: str | Path | None = None) -> T:
@@ -66,6 +64,7 @@ def load_config(schema: type[T], argv: Sequence[str] | None = None, *, default_f
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
         raise ConfigError(_describe_error(err)) from None
+    finite_numbers(config)
     validate = getattr(config, "validate", None)
     if callable(validate):
         validate()
