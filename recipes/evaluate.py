@@ -33,6 +33,9 @@ from webrl.report import format_site_table
 from webrl.run_state import write_json_atomic
 from webrl.web_environment import WebEnvironment
 
+HELP_KEYS = ("output_dir", "seed", "model.actor", "env", "rollout")
+"""The keys an evaluation reads, the ones its `--help` lists."""
+
 
 def evaluate_checkpoint(
     config: WebRLConfig, env: WebEnvironment, checkpoint: Path, name: str, baseline: Baseline | None = None
@@ -74,7 +77,7 @@ def split_baseline(argv: list[str]) -> tuple[Path | None, list[str]]:
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     baseline_path, rest = split_baseline(list(sys.argv[1:] if argv is None else argv))
-    config = recipe_config(rest)
+    config = recipe_config(rest, usage=__doc__, help_keys=HELP_KEYS)
     checkpoint = Path(config.model.actor)
     if not config.model.actor or not (checkpoint / "config.json").exists():
         raise SystemExit(f"model.actor={config.model.actor!r}: give the model directory to evaluate (with config.json)")

@@ -27,7 +27,7 @@ from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    config = recipe_config(argv, FilteredBCRunConfig)
+    config = recipe_config(argv, FilteredBCRunConfig, usage=__doc__)
     settings = config.filtered_bc
     try:
         rollouts = phase_rollouts(Path(settings.source_run), settings.source_phase)

@@ -17,7 +17,7 @@ from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
 from webrl.modules.losses import ActorLossConfig, AdvantageConfig
-from webrl.tracking import WANDB_MODES
+from webrl.tracking import TrackingConfig
 from webrl.training import StageSettings
 
 REWARD_SOURCES = ("orm", "evaluator")
@@ -250,23 +250,6 @@ class ReplayConfig:
     def validate(self) -> None:
         at_least("replay.max_scored_steps", self.max_scored_steps, 0, "(0 = all)")
         self.filter.validate("replay.filter")
-
-
-@dataclass
-class TrackingConfig:
-    """Where metrics go."""
-
-    wandb_project: str = "webrl"
-    """W&B project."""
-    wandb_mode: str = "offline"
-    """online | offline | disabled (offline needs no key; CSV is always written)."""
-    sample_trajectories: int = 8
-    """Sample trajectories logged as a table per phase."""
-
-    def validate(self) -> None:
-        require(bool(self.wandb_project), "tracking.wandb_project", self.wandb_project, "must name a W&B project")
-        one_of("tracking.wandb_mode", self.wandb_mode, WANDB_MODES)
-        at_least("tracking.sample_trajectories", self.sample_trajectories, 0)
 
 
 @dataclass
