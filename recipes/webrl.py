@@ -13,7 +13,9 @@ and WANDB_DIR override the files, and key=value overrides them):
     python -m recipes.webrl fabric.strategy=ddp fabric.devices=2            # 2 processes (gloo on CPU)
     python -m recipes.webrl --config recipes/configs/webrl_llama8b_webarena.yaml   # GPUs, WebArena-Lite
 
-Rerunning the same command resumes from `output_dir` after a crash or a kill.
+Rerunning the same command resumes from `output_dir` after a crash or a kill. The directory keeps the
+config it was started with (`config.json`): relaunching it with settings that change results stops and
+names them; `resume.allow_changes=[key, ...]` accepts such changes on purpose.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from webrl.inference.engine import build_engine
 from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
 from webrl.report import format_phase_table
-from webrl.run_state import write_json_atomic
+from webrl.run_config import keep_run_config
 from webrl.supervised import ensure_orm, ensure_sft
 from webrl.tracking import WANDB_ENVIRONMENT, build_loggers, setup_logging
 from webrl.web_environment import WebEnvironment
@@ -66,6 +68,14 @@ def recipe_config(
         raise SystemExit(f"config error: {err}") from None
 
 
+def keep_config(run_dir: Path, config: WebRLConfig) -> None:
+    """The run directory's config.json on a first launch; on a relaunch, one line and exit if settings changed."""
+    try:
+        keep_run_config(run_dir, config_to_dict(config), config.resume.allow_changes)
+    except ConfigError as err:
+        raise SystemExit(f"config error: {err}") from None
+
+
 def launch_fabric(config: WebRLConfig, loggers: list | None = None) -> Fabric:
     """The run's Fabric, launched: with several devices this starts the other processes, which rerun the recipe."""
     fabric = build_fabric(config.fabric, loggers=loggers)
@@ -76,8 +86,7 @@ def launch_fabric(config: WebRLConfig, loggers: list | None = None) -> Fabric:
 def main(argv: list[str] | None = None) -> list[dict]:
     config = recipe_config(argv, usage=__doc__)
     run_dir = Path(config.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_dir / "config.json", config_to_dict(config))
+    keep_config(run_dir, config)
     loggers = build_loggers(run_dir, config.tracking, config_to_dict(config), run_dir.name)
     fabric = launch_fabric(config, loggers)
     with WebEnvironment(config) as env:

@@ -7,6 +7,7 @@ SmolLM2 and paper-scale runs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
 from webrl.modules.losses import ActorLossConfig, AdvantageConfig
+from webrl.run_config import ResumeConfig, flatten
 from webrl.tracking import TrackingConfig
 from webrl.training import StageSettings
 
@@ -276,6 +278,7 @@ class WebRLConfig:
     curriculum: CurriculumConfig = field(default_factory=lambda: CurriculumConfig(mode="template", tasks_per_phase=48))
     fabric: FabricConfig = field(default_factory=FabricConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    resume: ResumeConfig = field(default_factory=ResumeConfig)
 
     def validate(self) -> None:
         """Every value, section by section, then the rules across sections; each error names the key."""
@@ -286,6 +289,7 @@ class WebRLConfig:
             section.validate()
         for section in (self.replay, self.curriculum, self.fabric, self.tracking):
             section.validate()
+        self.resume.validate(flatten(dataclasses.asdict(self)))
         if self.rollout.max_tokens >= self.model.max_length:
             raise invalid(
                 "rollout.max_tokens",
