@@ -15,7 +15,8 @@ and WANDB_DIR override the files, and key=value overrides them):
 
 Rerunning the same command resumes from `output_dir` after a crash or a kill. The directory keeps the
 config it was started with (`config.json`): relaunching it with settings that change results stops and
-names them; `resume.allow_changes=[key, ...]` accepts such changes on purpose.
+names them; `resume.allow_changes=[key, ...]` accepts such changes on purpose. `--dry-run` checks the
+config and prints the stage plan (done, next, on which tasks) without starting a browser or a model.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from webrl.inference.engine import build_engine
 from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
 from webrl.report import format_phase_table
-from webrl.run_config import keep_run_config
+from webrl.run_config import check_run_config, keep_run_config
+from webrl.run_plan import describe_plan
 from webrl.supervised import ensure_orm, ensure_sft
 from webrl.tracking import WANDB_ENVIRONMENT, build_loggers, setup_logging
 from webrl.web_environment import WebEnvironment
@@ -68,10 +70,14 @@ def recipe_config(
         raise SystemExit(f"config error: {err}") from None
 
 
-def keep_config(run_dir: Path, config: WebRLConfig) -> None:
-    """The run directory's config.json on a first launch; on a relaunch, one line and exit if settings changed."""
+def keep_config(run_dir: Path, config: WebRLConfig, *, dry_run: bool = False) -> dict | None:
+    """The run directory's config.json on a first launch; on a relaunch, one line and exit if settings changed.
+
+    A dry run checks without writing. Returns `check_run_config`'s answer (None for a new directory).
+    """
+    keep = check_run_config if dry_run else keep_run_config
     try:
-        keep_run_config(run_dir, config_to_dict(config), config.resume.allow_changes)
+        return keep(run_dir, config_to_dict(config), config.resume.allow_changes)
     except ConfigError as err:
         raise SystemExit(f"config error: {err}") from None
 
@@ -84,9 +90,14 @@ def launch_fabric(config: WebRLConfig, loggers: list | None = None) -> Fabric:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    config = recipe_config(argv, usage=__doc__)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    dry_run = "--dry-run" in argv
+    config = recipe_config([item for item in argv if item != "--dry-run"], usage=__doc__)
     run_dir = Path(config.output_dir)
-    keep_config(run_dir, config)
+    changes = keep_config(run_dir, config, dry_run=dry_run)
+    if dry_run:
+        print(describe_plan(config, changes))
+        return []
     loggers = build_loggers(run_dir, config.tracking, config_to_dict(config), run_dir.name)
     fabric = launch_fabric(config, loggers)
     with WebEnvironment(config) as env:

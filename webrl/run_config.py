@@ -67,26 +67,42 @@ def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tu
     }
 
 
-def keep_run_config(run_dir: Path, config: dict[str, Any], allow_changes: list[str]) -> None:
-    """Write `config` as the run's config.json on the first launch; on a relaunch, stop unless it matches.
+def check_run_config(
+    run_dir: Path, config: dict[str, Any], allow_changes: list[str]
+) -> dict[str, tuple[Any, Any]] | None:
+    """None for a run directory without config.json; else the allowed changes from it (empty when none).
 
     `config` is the resolved config as a plain dict. Raises ConfigError (one line) listing the keys
-    that differ and are not allowed. Nothing is written before that check passes.
+    that differ and are not allowed. Reads only.
     """
     saved_path = run_dir / "config.json"
     if not saved_path.exists():
-        write_json_atomic(saved_path, config)
-        return
+        return None
     changes = changed_keys(json.loads(saved_path.read_text(encoding="utf-8")), config)
     refused = {key: values for key, values in changes.items() if not any(_under(key, a) for a in allow_changes)}
     if refused:
-        listed = ", ".join(f"{key} {_show(old)} → {_show(new)}" for key, (old, new) in refused.items())
         raise ConfigError(
-            f"{run_dir} was started with other settings: {listed}. Use another output_dir, or add "
+            f"{run_dir} was started with other settings: {describe_changes(refused)}. Use another output_dir, or add "
             f"resume.allow_changes=[{','.join(refused)}] to go on with the new values from the next stage"
         )
-    if changes:
+    return changes
+
+
+def keep_run_config(
+    run_dir: Path, config: dict[str, Any], allow_changes: list[str]
+) -> dict[str, tuple[Any, Any]] | None:
+    """`check_run_config`, then config.json on a first launch, or the record of the changes it allowed."""
+    changes = check_run_config(run_dir, config, allow_changes)
+    if changes is None:
+        write_json_atomic(run_dir / "config.json", config)
+    elif changes:
         _record_changes(run_dir, {key: [_plain(old), _plain(new)] for key, (old, new) in changes.items()})
+    return changes
+
+
+def describe_changes(changes: dict[str, tuple[Any, Any]]) -> str:
+    """`key old → new, ...`."""
+    return ", ".join(f"{key} {_show(old)} → {_show(new)}" for key, (old, new) in changes.items())
 
 
 def _record_changes(run_dir: Path, changes: dict[str, list[Any]]) -> None:

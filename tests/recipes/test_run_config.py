@@ -60,3 +60,36 @@ def test_an_unknown_key_to_allow_is_a_config_error(launch):
     with pytest.raises(SystemExit) as exit_info:
         run("resume.allow_changes=[env.test_taks]")
     assert str(exit_info.value.code).startswith("config error: resume.allow_changes=['env.test_taks']: ")
+
+
+def _no_work(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a dry run started real work")
+
+    for name in ("launch_fabric", "build_loggers", "WebEnvironment", "build_engine", "ensure_sft"):
+        monkeypatch.setattr(webrl, name, refuse)
+
+
+def test_dry_run_prints_the_stage_plan_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    _no_work(monkeypatch)
+    run_dir = tmp_path / "run"
+    assert webrl.main(["--dry-run", f"output_dir={run_dir}", "phases=2", "env.test_tasks=20"]) == []
+    text = capsys.readouterr().out
+    assert not run_dir.exists()
+    assert f"run directory {run_dir}: new" in text
+    assert "phase 0: to run" in text and "phase 2: to run" in text and "phase 3" not in text
+    assert "64 train tasks" in text and "20 test tasks" in text
+
+
+def test_dry_run_of_a_started_run_shows_what_is_done_and_what_a_relaunch_would_refuse(tmp_path, monkeypatch, capsys):
+    _no_work(monkeypatch)
+    run_dir = tmp_path / "run"
+    webrl.keep_config(run_dir, webrl.recipe_config([f"output_dir={run_dir}"]))
+    state = {"phase": 1, "done": ["curriculum", "rollouts"], "history": [{"phase": 0}]}
+    (run_dir / "run_state.json").write_text(json.dumps(state))
+    webrl.main(["--dry-run", f"output_dir={run_dir}"])
+    text = capsys.readouterr().out
+    assert "config.json matches" in text
+    assert "phase 0: done" in text and "phase 1: done curriculum, rollouts; next labels" in text
+    with pytest.raises(SystemExit, match=r"env\.test_tasks 60 → 20"):
+        webrl.main(["--dry-run", f"output_dir={run_dir}", "env.test_tasks=20"])
