@@ -61,7 +61,14 @@ def load_config(
     except OmegaConfBaseException as err:
         raise ConfigError(_describe_error(err)) from None
     if wants_help:
-        print(help_text(config, usage, help_keys))
+        sources = [
+            "dataclass defaults",
+            *([f"{Path(default_file).name}"] if default_file else []),
+            "--config FILE",
+            *([f"${' $'.join(environment)}"] if environment else []),
+            "key=value",
+        ]
+        print(help_text(config, usage, help_keys, sources))
         raise SystemExit(0)
     _check(config, from_environment)
     if wants_yaml:
@@ -168,10 +175,13 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def help_text(config: Any, usage: str = "", keys: Sequence[str] = ()) -> str:
-    """`usage`, then the values `config` holds (the ones the command would run with), grouped by section."""
-    order = "dataclass defaults < default file < --config FILE < environment < key=value"
-    settings = f"Settings as this command would run with them ({order}):\n{describe(config, only=keys)}"
+def help_text(config: Any, usage: str = "", keys: Sequence[str] = (), sources: Sequence[str] = ()) -> str:
+    """`usage`, then the values `config` holds (the ones the command would run with), grouped by section.
+
+    `sources` names where values come from, lowest precedence first.
+    """
+    order = f" ({' < '.join(sources)})" if sources else ""
+    settings = f"Settings as this command would run with them{order}:\n{describe(config, only=keys)}"
     return f"{usage.strip()}\n\n{settings}" if usage.strip() else settings
 
 
