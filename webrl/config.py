@@ -61,20 +61,24 @@ def load_config(
     except OmegaConfBaseException as err:
         raise ConfigError(_describe_error(err)) from None
     if wants_help:
-        sources = [
-            "dataclass defaults",
-            *([f"{Path(default_file).name}"] if default_file else []),
-            "--config FILE",
-            *([f"${' $'.join(environment)}"] if environment else []),
-            "key=value",
-        ]
-        print(help_text(config, usage, help_keys, sources))
+        print(help_text(config, usage, help_keys, _sources(default_file, environment or {})))
         raise SystemExit(0)
     _check(config, from_environment)
     if wants_yaml:
         print(OmegaConf.to_yaml(merged), end="")
         raise SystemExit(0)
     return config  # type: ignore[return-value]
+
+
+def _sources(default_file: str | Path | None, environment: Mapping[str, str]) -> list[str]:
+    """Where values come from, lowest precedence first, as `--help` names them."""
+    sources = ["dataclass defaults"]
+    if default_file:
+        sources.append(Path(default_file).name)
+    sources.append("--config FILE")
+    if environment:
+        sources.append(" ".join(f"${variable}" for variable in environment))
+    return [*sources, "key=value"]
 
 
 def _merge_files(merged: DictConfig, paths: Sequence[str | Path | None]) -> DictConfig:
