@@ -3,15 +3,20 @@
     python -m recipes.evaluate model.actor=runs/webrl_tiny/phase_003/actor
     python -m recipes.evaluate model.actor=PATH env.test_split=validation     # choosing settings: never on test
     python -m recipes.evaluate model.actor=PATH env.test_split=train env.test_tasks=0   # all train tasks
-    python -m recipes.evaluate model.actor=B --baseline runs/webrl_tiny/eval_A.json   # paired test of B vs A
+    python -m recipes.evaluate model.actor=B --baseline runs/webrl_tiny/eval_A-<id>.json   # paired test of B vs A
 
-Results go to `<output_dir>/eval_<name>.json`, `eval_<name>.md` and the trajectories `eval_<name>.jsonl`.
+Results go to `<output_dir>/eval_<name>-<id>.json`, `.md` and the trajectories `.jsonl`, where <name> is
+the checkpoint folder's name and <id> a digest of what made them: the checkpoint's path and a SHA-256
+of its weight files, the suite, split, task count and seed, the engine and its sampling settings (all
+recorded as `identity` in the JSON). An evaluation resumes from its own trajectories after a kill, and
+never from another checkpoint's or another setting's.
+
 Beside the success per site, the JSON and the markdown hold the 95% Wilson interval of every rate,
 success per template (templates of `env.train_split` marked seen, the others test-only), and the
 JSON holds each task's outcome so that later evaluations can be paired with it.
 
 `--baseline PATH` pairs this evaluation with an earlier one on the same tasks (exact McNemar test):
-PATH is an `eval_<name>.json` written by this recipe or an evaluation's trajectories `.jsonl`
+PATH is an `eval_<name>-<id>.json` written by this recipe or an evaluation's trajectories `.jsonl`
 (e.g. a WebRL run's `phase_NNN/eval.rank0.jsonl`). Differing task sets are an error, found before
 any episode runs.
 """
@@ -23,6 +28,7 @@ import sys
 from pathlib import Path
 
 from recipes.webrl import engine_options, recipe_config
+from webrl.evaluation.identity import evaluation_identity, identity_tag
 from webrl.evaluation.outcomes import Baseline, load_baseline
 from webrl.evaluation.report import evaluation_statistics
 from webrl.evaluation.stats import require_same_tasks
@@ -32,6 +38,9 @@ from webrl.metrics import success_by_site
 from webrl.report import format_site_table
 from webrl.run_state import write_json_atomic
 from webrl.web_environment import WebEnvironment
+
+HELP_KEYS = ("output_dir", "seed", "model.actor", "env", "rollout")
+"""The keys an evaluation reads, the ones its `--help` lists."""
 
 
 def evaluate_checkpoint(
@@ -44,11 +53,12 @@ def evaluate_checkpoint(
             require_same_tasks([task.task_id for task in tasks], baseline.outcomes)
         except ValueError as err:
             raise SystemExit(f"{config.env.test_split} tasks (A) vs --baseline {baseline.source} (B): {err}") from None
-    out_dir = Path(config.output_dir)
+    identity = evaluation_identity(config, checkpoint)
+    out_dir, stem = Path(config.output_dir), f"eval_{name}-{identity_tag(identity)}"
     engine = build_engine(config.rollout.engine, checkpoint, **engine_options(config))
     try:
         trajectories, rollout_metrics = env.run_episodes(
-            engine, tasks, out_dir / f"eval_{name}.jsonl", phase=-1, evaluation=True, seed=config.seed
+            engine, tasks, out_dir / f"{stem}.jsonl", phase=-1, evaluation=True, seed=config.seed
         )
     finally:
         engine.close()
@@ -56,11 +66,12 @@ def evaluate_checkpoint(
     title = f"{name}: {checkpoint} on {config.env.test_split} ({len(tasks)} tasks)"
     seen_templates = {task.intent_template_id for task in env.suite(config.env.train_split, 0, config.seed)}
     statistics, markdown = evaluation_statistics(trajectories, seen_templates, title, baseline)
-    record = {"checkpoint": str(checkpoint), **metrics, **rollout_metrics, **statistics}
-    write_json_atomic(out_dir / f"eval_{name}.json", record)
-    (out_dir / f"eval_{name}.md").write_text(markdown, encoding="utf-8")
+    record = {"checkpoint": str(checkpoint), "identity": identity, **metrics, **rollout_metrics, **statistics}
+    write_json_atomic(out_dir / f"{stem}.json", record)
+    (out_dir / f"{stem}.md").write_text(markdown, encoding="utf-8")
     print(format_site_table(metrics, title))
     print(markdown)
+    print(f"results: {out_dir / stem}.json (.md, .jsonl)")
     return metrics
 
 
@@ -74,7 +85,7 @@ def split_baseline(argv: list[str]) -> tuple[Path | None, list[str]]:
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     baseline_path, rest = split_baseline(list(sys.argv[1:] if argv is None else argv))
-    config = recipe_config(rest)
+    config = recipe_config(rest, usage=__doc__, help_keys=HELP_KEYS)
     checkpoint = Path(config.model.actor)
     if not config.model.actor or not (checkpoint / "config.json").exists():
         raise SystemExit(f"model.actor={config.model.actor!r}: give the model directory to evaluate (with config.json)")

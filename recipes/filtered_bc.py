@@ -18,7 +18,7 @@ from pathlib import Path
 
 from recipes.evaluate import evaluate_checkpoint
 from recipes.filtered_bc_config import FilteredBCRunConfig
-from recipes.webrl import launch_fabric, recipe_config
+from recipes.webrl import keep_config, launch_fabric, recipe_config
 from webrl.baselines import phase_rollouts, top_scored
 from webrl.report import format_comparison
 from webrl.run_state import RunState, write_json_atomic
@@ -27,7 +27,7 @@ from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    config = recipe_config(argv, FilteredBCRunConfig)
+    config = recipe_config(argv, FilteredBCRunConfig, usage=__doc__)
     settings = config.filtered_bc
     try:
         rollouts = phase_rollouts(Path(settings.source_run), settings.source_phase)
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     except (ValueError, FileNotFoundError) as err:
         raise SystemExit(f"config error: {err}") from None
     out_dir = Path(config.output_dir)
+    keep_config(out_dir, config)
     fabric = launch_fabric(config)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from webrl.config_checks import at_least, within
 from webrl.loop_config import WebRLConfig
 from webrl.training import StageSettings
 
@@ -40,5 +41,5 @@ class FilteredBCRunConfig(WebRLConfig):
         """The run's checks, then the baseline's; each error names the key."""
         super().validate()
         self.filtered_bc.train.validate("filtered_bc.train")
-        if not 0.0 <= self.filtered_bc.percentile <= 100.0:
-            raise ValueError(f"filtered_bc.percentile must lie in [0, 100], got {self.filtered_bc.percentile}")
+        within("filtered_bc.percentile", self.filtered_bc.percentile, 0, 100)
+        at_least("filtered_bc.source_phase", self.filtered_bc.source_phase, 0)

@@ -24,7 +24,7 @@ from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    config = recipe_config(argv)
+    config = recipe_config(argv, usage=__doc__)
     out_dir = Path(config.output_dir)
     fabric = launch_fabric(config)
     with WebEnvironment(config) as env:

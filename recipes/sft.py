@@ -17,7 +17,7 @@ from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    config = recipe_config(argv)
+    config = recipe_config(argv, usage=__doc__)
     fabric = launch_fabric(config)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)

@@ -5,13 +5,18 @@ checkpoints and caches them under .cache/webrl):
 
     python -m recipes.webrl
 
-Other configs and overrides (YAML then key=value; `--help` lists every key):
+Other configs and overrides (YAML then key=value; `--help` lists every key with the value it would take,
+`--print-config` prints the resolved config as YAML; W&B's WANDB_MODE, WANDB_PROJECT, WANDB_ENTITY
+and WANDB_DIR override the files, and key=value overrides them):
 
     python -m recipes.webrl --config recipes/configs/webrl_smollm2.yaml phases=2 rollout.concurrency=4
     python -m recipes.webrl fabric.strategy=ddp fabric.devices=2            # 2 processes (gloo on CPU)
     python -m recipes.webrl --config recipes/configs/webrl_llama8b_webarena.yaml   # GPUs, WebArena-Lite
 
-Rerunning the same command resumes from `output_dir` after a crash or a kill.
+Rerunning the same command resumes from `output_dir` after a crash or a kill. The directory keeps the
+config it was started with (`config.json`): relaunching it with settings that change results stops and
+names them; `resume.allow_changes=[key, ...]` accepts such changes on purpose. `--dry-run` checks the
+config and prints the stage plan (done, next, on which tasks) without starting a browser or a model.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from webrl.inference.engine import build_engine
 from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
 from webrl.report import format_phase_table
-from webrl.run_state import write_json_atomic
+from webrl.run_config import check_run_config, keep_run_config
+from webrl.run_plan import describe_plan
 from webrl.supervised import ensure_orm, ensure_sft
-from webrl.tracking import build_loggers, setup_logging
+from webrl.tracking import WANDB_ENVIRONMENT, build_loggers, setup_logging
 from webrl.web_environment import WebEnvironment
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -38,16 +44,41 @@ DEFAULT_CONFIG = CONFIG_DIR / "webrl_tiny.yaml"
 RecipeConfig = TypeVar("RecipeConfig", bound=WebRLConfig)
 
 
-def recipe_config(argv: list[str] | None, schema: type[RecipeConfig] = WebRLConfig) -> RecipeConfig:
-    """Set up logging and read a recipe's config (the default file, `--config`, then key=value overrides).
+def recipe_config(
+    argv: list[str] | None,
+    schema: type[RecipeConfig] = WebRLConfig,
+    *,
+    usage: str = "",
+    help_keys: tuple[str, ...] = (),
+) -> RecipeConfig:
+    """Set up logging and read a recipe's config (the default file, `--config`, W&B's variables, then key=value).
 
     `schema` is the run config or a recipe's extension of it. A bad key or value ends the program
-    with one line that names it, never a traceback.
+    with one line that names it, never a traceback. `usage` and `help_keys` are what `--help` shows.
     """
     setup_logging()
     try:
-        return load_config(schema, argv, default_file=DEFAULT_CONFIG)
+        return load_config(
+            schema,
+            argv,
+            default_file=DEFAULT_CONFIG,
+            environment=WANDB_ENVIRONMENT,
+            usage=usage,
+            help_keys=help_keys,
+        )
     except (ConfigError, ValueError) as err:
+        raise SystemExit(f"config error: {err}") from None
+
+
+def keep_config(run_dir: Path, config: WebRLConfig, *, dry_run: bool = False) -> dict | None:
+    """The run directory's config.json on a first launch; on a relaunch, one line and exit if settings changed.
+
+    A dry run checks without writing. Returns `check_run_config`'s answer (None for a new directory).
+    """
+    keep = check_run_config if dry_run else keep_run_config
+    try:
+        return keep(run_dir, config_to_dict(config), config.resume.allow_changes)
+    except ConfigError as err:
         raise SystemExit(f"config error: {err}") from None
 
 
@@ -59,13 +90,15 @@ def launch_fabric(config: WebRLConfig, loggers: list | None = None) -> Fabric:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    config = recipe_config(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    dry_run = "--dry-run" in argv
+    config = recipe_config([item for item in argv if item != "--dry-run"], usage=__doc__)
     run_dir = Path(config.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_dir / "config.json", config_to_dict(config))
-    loggers = build_loggers(
-        run_dir, config.tracking.wandb_project, config.tracking.wandb_mode, config_to_dict(config), run_dir.name
-    )
+    changes = keep_config(run_dir, config, dry_run=dry_run)
+    if dry_run:
+        print(describe_plan(config, changes))
+        return []
+    loggers = build_loggers(run_dir, config.tracking, config_to_dict(config), run_dir.name)
     fabric = launch_fabric(config, loggers)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)

@@ -1,4 +1,4 @@
-"""Typed configuration: dataclass schema, YAML file, then `key=value` overrides from the command line.
+"""Typed configuration: dataclass schema, YAML files, environment variables, then `key=value` overrides.
 
 Every knob is a dataclass field with a one-line docstring (the `--help` text). Loading goes through
 OmegaConf's structured configs, so an unknown key or a value of the wrong type is an error, which
@@ -10,8 +10,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,26 +20,70 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from webrl.config_checks import ConfigError, finite_numbers
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
-    """A configuration problem; the message names the key (and file) at fault."""
+def load_config(
+    schema: type[T],
+    argv: Sequence[str] | None = None,
+    *,
+    default_file: str | Path | None = None,
+    environment: Mapping[str, str] | None = None,
+    usage: str = "",
+    help_keys: Sequence[str] = (),
+) -> T:
+    """Build a `schema` instance from `[--config FILE] [key=value ...]`, checked before it is returned.
 
-
-def load_config(schema: type[T], argv: Sequence[str] | None = None, *, default_file: str | Path | None = None) -> T:
-    """Build a `schema` instance from `[--config FILE] [key=value ...]`.
-
-    Precedence: dataclass defaults < `default_file` < `--config FILE` < command-line overrides.
-    `--help` prints every key with its docstring and exits.
+    Precedence: dataclass defaults < `default_file` < `--config FILE` < the environment variables that
+    `environment` maps to keys (`{"WANDB_MODE": "tracking.wandb_mode"}`) < command-line overrides.
+    `--help` prints `usage`, then each key (those under `help_keys`, when given) with the value this
+    command would run with and its docstring; `--print-config` prints the checked config as YAML. Both exit.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--help" in argv or "-h" in argv:
-        print(describe(schema))
+    wants_help = bool({"--help", "-h"} & set(argv))
+    wants_yaml = "--print-config" in argv
+    config_file, overrides = _split_argv([item for item in argv if item not in ("--help", "-h", "--print-config")])
+    merged = _merge_files(OmegaConf.structured(schema), (default_file, config_file))
+    from_environment = _apply_environment(merged, environment or {})
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value (see --help for the keys)")
+        key, _, raw = item.partition("=")
+        try:
+            OmegaConf.update(merged, key.strip(), _parse_value(raw), merge=True, force_add=False)
+        except OmegaConfBaseException as err:
+            raise ConfigError(f"command-line override {item!r}: {_describe_error(err)}") from None
+        from_environment.pop(key.strip(), None)
+    try:
+        config = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        raise ConfigError(_describe_error(err)) from None
+    if wants_help:
+        print(help_text(config, usage, help_keys, _sources(default_file, environment or {})))
         raise SystemExit(0)
-    config_file, overrides = _split_argv(argv)
-    merged: DictConfig = OmegaConf.structured(schema)
-    for path in (default_file, config_file):
+    _check(config, from_environment)
+    if wants_yaml:
+        print(OmegaConf.to_yaml(merged), end="")
+        raise SystemExit(0)
+    return config  # type: ignore[return-value]
+
+
+def _sources(default_file: str | Path | None, environment: Mapping[str, str]) -> list[str]:
+    """Where values come from, lowest precedence first, as `--help` names them."""
+    sources = ["dataclass defaults"]
+    if default_file:
+        sources.append(Path(default_file).name)
+    sources.append("--config FILE")
+    if environment:
+        sources.append(" ".join(f"${variable}" for variable in environment))
+    return [*sources, "key=value"]
+
+
+def _merge_files(merged: DictConfig, paths: Sequence[str | Path | None]) -> DictConfig:
+    """`merged` with each YAML file of `paths` merged over it, in order; bad files are one-line errors."""
+    for path in paths:
         if path is None:
             continue
         path = Path(path)
@@ -54,22 +99,35 @@ def load_config(schema: type[T], argv: Sequence[str] | None = None, *, default_f
             merged = OmegaConf.merge(merged, loaded)
         except OmegaConfBaseException as err:
             raise ConfigError(f"{path}: {_describe_error(err)}") from None
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not of the form key=value (see --help for the keys)")
-        key, _, raw = item.partition("=")
+    return merged
+
+
+def _apply_environment(merged: DictConfig, environment: Mapping[str, str]) -> dict[str, str]:
+    """Set each key whose environment variable is set and not empty; returns {key: variable} of those set."""
+    applied: dict[str, str] = {}
+    for variable, key in environment.items():
+        raw = os.environ.get(variable, "")
+        if not raw:
+            continue
         try:
-            OmegaConf.update(merged, key.strip(), _parse_value(raw), merge=True, force_add=False)
+            OmegaConf.update(merged, key, raw, merge=True, force_add=False)
         except OmegaConfBaseException as err:
-            raise ConfigError(f"command-line override {item!r}: {_describe_error(err)}") from None
+            raise ConfigError(f"${variable}={raw!r}: {_describe_error(err)}") from None
+        applied[key] = variable
+    return applied
+
+
+def _check(config: Any, from_environment: Mapping[str, str]) -> None:
+    """Every number finite, then the schema's own `validate`; an error on a key set by the environment names it."""
     try:
-        config = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as err:
-        raise ConfigError(_describe_error(err)) from None
-    validate = getattr(config, "validate", None)
-    if callable(validate):
-        validate()
-    return config  # type: ignore[return-value]
+        finite_numbers(config)
+        validate = getattr(config, "validate", None)
+        if callable(validate):
+            validate()
+    except ConfigError as err:
+        if err.key in from_environment:
+            raise ConfigError(f"{err} (from ${from_environment[err.key]})", key=err.key) from None
+        raise
 
 
 def _split_argv(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -121,19 +179,49 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def describe(schema: Any, prefix: str = "") -> str:
-    """One line per key: `dotted.key = default  -- docstring`; `schema` is a dataclass type or instance."""
-    instance = schema if not isinstance(schema, type) else schema()
+def help_text(config: Any, usage: str = "", keys: Sequence[str] = (), sources: Sequence[str] = ()) -> str:
+    """`usage`, then the values `config` holds (the ones the command would run with), grouped by section.
+
+    `sources` names where values come from, lowest precedence first.
+    """
+    order = f" ({' < '.join(sources)})" if sources else ""
+    settings = f"Settings as this command would run with them{order}:\n{describe(config, only=keys)}"
+    return f"{usage.strip()}\n\n{settings}" if usage.strip() else settings
+
+
+def describe(schema: Any, prefix: str = "", only: Sequence[str] = ()) -> str:
+    """`[section] summary` then `  dotted.key = value  -- docstring` per key; `schema` is a dataclass type or instance.
+
+    `only` keeps the keys equal to, or under, one of its dotted prefixes (all keys when empty).
+    """
+    instance = schema() if isinstance(schema, type) else schema
+    return "\n".join(_describe_lines(instance, prefix, only))
+
+
+def _describe_lines(instance: Any, prefix: str, only: Sequence[str]) -> list[str]:
     docs = _field_docs(type(instance))
-    lines = []
+    own: list[str] = []
+    sections: list[str] = []
     for field in dataclasses.fields(instance):
         key = f"{prefix}{field.name}"
         value = getattr(instance, field.name)
         if dataclasses.is_dataclass(value):
-            lines.append(describe(value, prefix=f"{key}."))
-        else:
-            lines.append(f"{key} = {value!r}  -- {docs.get(field.name, '')}")
-    return "\n".join(lines)
+            sections.extend(_describe_lines(value, f"{key}.", only))
+        elif not only or any(key == kept or key.startswith(f"{kept}.") for kept in only):
+            doc = " ".join(docs.get(field.name, "").split())
+            own.append(f"  {key} = {value!r}  -- {doc}")
+    summary = _summary(type(instance))
+    if own and (prefix or summary):
+        own.insert(0, f"[{prefix[:-1]}] {summary}".rstrip() if prefix else summary)
+    return own + sections
+
+
+def _summary(schema: type) -> str:
+    """The first line of the class docstring (none for the signature that dataclasses write when it has none)."""
+    doc = (schema.__doc__ or "").strip()
+    if not doc or doc.startswith(f"{schema.__name__}("):
+        return ""
+    return doc.splitlines()[0]
 
 
 def _field_docs(schema: type) -> dict[str, str]:

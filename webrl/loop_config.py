@@ -7,16 +7,35 @@ SmolLM2 and paper-scale runs.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from webrl.config_checks import at_least, invalid, one_of, require, within
 from webrl.data.curriculum_config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
+from webrl.env.splits import TRAIN_FIT, VALIDATION
 from webrl.modules.losses import ActorLossConfig, AdvantageConfig
+from webrl.run_config import ResumeConfig, flatten
+from webrl.tracking import TrackingConfig
 from webrl.training import StageSettings
 
 REWARD_SOURCES = ("orm", "evaluator")
 ENGINES = ("hf", "vllm", "openai")
+BUILT_MODELS = ("tiny", "smollm2")
+EMBEDDED_SPLITS = ("train", "test", VALIDATION, TRAIN_FIT)
+HEAD_DIM = 64
+
+
+def is_model_dir(path: str) -> bool:
+    """A saved Hugging Face model directory (it holds config.json)."""
+    return bool(path) and (Path(path) / "config.json").is_file()
+
+
+def is_url(value: str) -> bool:
+    return value.startswith(("http://", "https://"))
 
 
 @dataclass
@@ -43,6 +62,28 @@ class ModelConfig:
     tiny_vocab_size: int = 2048
     """Tiny model: BPE vocabulary trained on the embedded sites' pages and the action language."""
 
+    def validate(self) -> None:
+        model_dir = "a model directory (with config.json)"
+        require(
+            self.base in BUILT_MODELS or is_model_dir(self.base),
+            "model.base",
+            self.base,
+            f"must be tiny, smollm2 or {model_dir}",
+        )
+        for key in ("actor", "orm"):
+            value = getattr(self, key)
+            require(not value or is_model_dir(value), f"model.{key}", value, f"must be empty or {model_dir}")
+        generator_ok = self.generator == "smollm2" or is_url(self.generator) or is_model_dir(self.generator)
+        require(generator_ok, "model.generator", self.generator, f"must be smollm2, an http(s):// URL or {model_dir}")
+        require(bool(self.cache_dir), "model.cache_dir", self.cache_dir, "must name a directory")
+        at_least("model.max_length", self.max_length, 1)
+        hidden_ok = self.tiny_hidden_size >= HEAD_DIM and self.tiny_hidden_size % HEAD_DIM == 0
+        require(
+            hidden_ok, "model.tiny_hidden_size", self.tiny_hidden_size, f"must be a multiple of {HEAD_DIM} (head_dim)"
+        )
+        at_least("model.tiny_layers", self.tiny_layers, 1)
+        at_least("model.tiny_vocab_size", self.tiny_vocab_size, 1)
+
 
 @dataclass
 class EnvConfig:
@@ -67,6 +108,23 @@ class EnvConfig:
     chromium: str = ""
     """Chromium executable; empty = system chromium or Playwright's browser."""
 
+    def validate(self) -> None:
+        if self.suite == "embedded":
+            one_of("env.train_split", self.train_split, EMBEDDED_SPLITS)
+            one_of("env.test_split", self.test_split, EMBEDDED_SPLITS)
+        else:
+            suite_ok = Path(self.suite).exists()
+            require(suite_ok, "env.suite", self.suite, "must be embedded or a directory/file of WebArena task configs")
+            require(bool(self.url_map), "env.url_map", self.url_map, "must map placeholders to base URLs (env.suite)")
+        for placeholder, url in self.url_map.items():
+            require(is_url(url), f"env.url_map.{placeholder}", url, "must be an http(s):// base URL")
+        at_least("env.train_tasks", self.train_tasks, 0, "(0 = all)")
+        at_least("env.test_tasks", self.test_tasks, 0, "(0 = all)")
+        at_least("env.max_steps", self.max_steps, 1)
+        at_least("env.html_chars", self.html_chars, 1)
+        executable = Path(self.chromium).is_file() and os.access(self.chromium, os.X_OK)
+        require(not self.chromium or executable, "env.chromium", self.chromium, "must be empty or an executable file")
+
 
 @dataclass
 class RolloutConfig:
@@ -87,6 +145,17 @@ class RolloutConfig:
     openai_url: str = ""
     """Base URL of the OpenAI-compatible server (engine=openai)."""
 
+    def validate(self) -> None:
+        one_of("rollout.engine", self.engine, ENGINES)
+        at_least("rollout.concurrency", self.concurrency, 1)
+        at_least("rollout.temperature", self.temperature, 0)
+        within("rollout.top_p", self.top_p, 0, 1, open_low=True)
+        at_least("rollout.eval_temperature", self.eval_temperature, 0, "(0 = greedy)")
+        at_least("rollout.max_tokens", self.max_tokens, 1)
+        if self.engine == "openai" or self.openai_url:
+            allowed = "must be an http(s):// URL (engine=openai needs one)"
+            require(is_url(self.openai_url), "rollout.openai_url", self.openai_url, allowed)
+
 
 @dataclass
 class RewardConfig:
@@ -99,6 +168,12 @@ class RewardConfig:
     orm_labels: bool = True
     """Train (or reuse) the ORM and label every rollout with it. Required by source=orm; with source=evaluator the
     ORM's labels are only compared with the evaluators (`orm/agreement`) and scored for Filtered BC."""
+
+    def validate(self) -> None:
+        one_of("reward.source", self.source, REWARD_SOURCES)
+        within("reward.threshold", self.threshold, 0, 1)
+        ok = self.source != "orm" or self.orm_labels
+        require(ok, "reward.orm_labels", self.orm_labels, "must be true when reward.source=orm")
 
 
 @dataclass
@@ -113,6 +188,11 @@ class SFTConfig:
     demo_tasks: int = 0
     """Train-split tasks to demonstrate (0 = all; a seeded sample otherwise, for quick runs and tests)."""
 
+    def validate(self) -> None:
+        self.train.validate("sft.train")
+        at_least("sft.demo_concurrency", self.demo_concurrency, 1)
+        at_least("sft.demo_tasks", self.demo_tasks, 0, "(0 = all)")
+
 
 @dataclass
 class ORMConfig:
@@ -122,7 +202,11 @@ class ORMConfig:
         default_factory=lambda: StageSettings(lr=1e-3, epochs=4.0, batch_size=8, warmup_ratio=0.05, schedule="cosine")
     )
     rollout_tasks: int = 256
-    """Train-split tasks the SFT actor is rolled out on (temperature 1) to make ORM data."""
+    """Train-split tasks the SFT actor is rolled out on (temperature 1) to make ORM data (0 = all)."""
+
+    def validate(self) -> None:
+        self.train.validate("orm.train")
+        at_least("orm.rollout_tasks", self.rollout_tasks, 0, "(0 = all)")
 
 
 @dataclass
@@ -133,12 +217,26 @@ class ActorConfig:
     loss: ActorLossConfig = field(default_factory=ActorLossConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
 
+    def validate(self) -> None:
+        """The stage's settings, and the loss and advantage values their own classes leave unchecked."""
+        self.train.validate("actor.train")
+        within("actor.loss.positive_confidence", self.loss.positive_confidence, 0, 1)
+        within("actor.loss.negative_confidence", self.loss.negative_confidence, 0, 1)
+        at_least("actor.loss.sft_weight", self.loss.sft_weight, 0)
+        within("actor.advantage.gamma", self.advantage.gamma, 0, 1)
+        within("actor.advantage.margin", self.advantage.margin, 0, 1)
+        at_least("actor.advantage.positive", self.advantage.positive, 0)
+        require(self.advantage.negative <= 0, "actor.advantage.negative", self.advantage.negative, "must be <= 0")
+
 
 @dataclass
 class CriticConfig:
     """The critic update (runs before the actor's in each phase)."""
 
     train: StageSettings = field(default_factory=lambda: StageSettings(lr=1e-4, epochs=2.0, batch_size=8))
+
+    def validate(self) -> None:
+        self.train.validate("critic.train")
 
 
 @dataclass
@@ -151,17 +249,9 @@ class ReplayConfig:
     """Score at most this many candidate steps per phase, from a seeded sample of whole trajectories (0 = all)."""
     filter: ReplayFilterConfig = field(default_factory=ReplayFilterConfig)
 
-
-@dataclass
-class TrackingConfig:
-    """Where metrics go."""
-
-    wandb_project: str = "webrl"
-    """W&B project."""
-    wandb_mode: str = "offline"
-    """online | offline | disabled (offline needs no key; CSV is always written)."""
-    sample_trajectories: int = 8
-    """Sample trajectories logged as a table per phase."""
+    def validate(self) -> None:
+        at_least("replay.max_scored_steps", self.max_scored_steps, 0, "(0 = all)")
+        self.filter.validate("replay.filter")
 
 
 @dataclass
@@ -188,27 +278,21 @@ class WebRLConfig:
     curriculum: CurriculumConfig = field(default_factory=lambda: CurriculumConfig(mode="template", tasks_per_phase=48))
     fabric: FabricConfig = field(default_factory=FabricConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    resume: ResumeConfig = field(default_factory=ResumeConfig)
 
     def validate(self) -> None:
-        """Cross-field checks; each error names the key."""
-        if self.phases < 0:
-            raise ValueError(f"phases must be >= 0, got {self.phases}")
-        if self.reward.source not in REWARD_SOURCES:
-            raise ValueError(f"reward.source must be one of {REWARD_SOURCES}, got {self.reward.source!r}")
-        if self.reward.source == "orm" and not self.reward.orm_labels:
-            raise ValueError("reward.source=orm needs reward.orm_labels=true")
-        if self.rollout.engine not in ENGINES:
-            raise ValueError(f"rollout.engine must be one of {ENGINES}, got {self.rollout.engine!r}")
-        if self.rollout.engine == "openai" and not self.rollout.openai_url:
-            raise ValueError("rollout.engine=openai needs rollout.openai_url")
-        if self.rollout.concurrency < 1:
-            raise ValueError(f"rollout.concurrency must be >= 1, got {self.rollout.concurrency}")
-        if self.env.suite != "embedded" and not self.env.url_map:
-            raise ValueError(f"env.suite={self.env.suite!r} needs env.url_map (placeholder -> base URL)")
-        if self.env.max_steps < 1:
-            raise ValueError(f"env.max_steps must be >= 1, got {self.env.max_steps}")
-        self.sft.train.validate("sft.train")
-        self.orm.train.validate("orm.train")
-        self.actor.train.validate("actor.train")
-        self.critic.train.validate("critic.train")
-        self.fabric.validate()
+        """Every value, section by section, then the rules across sections; each error names the key."""
+        require(bool(self.output_dir), "output_dir", self.output_dir, "must name a directory")
+        at_least("seed", self.seed, 0)
+        at_least("phases", self.phases, 0)
+        for section in (self.model, self.sft, self.orm, self.env, self.rollout, self.reward, self.actor, self.critic):
+            section.validate()
+        for section in (self.replay, self.curriculum, self.fabric, self.tracking):
+            section.validate()
+        self.resume.validate(flatten(dataclasses.asdict(self)))
+        if self.rollout.max_tokens >= self.model.max_length:
+            raise invalid(
+                "rollout.max_tokens",
+                self.rollout.max_tokens,
+                f"must be below model.max_length ({self.model.max_length}), which also holds the prompt",
+            )

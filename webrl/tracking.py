@@ -9,23 +9,77 @@ key and no network (`wandb sync` uploads it later).
 from __future__ import annotations
 
 import csv
+import logging
+import netrc
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from lightning.fabric.loggers import CSVLogger
 
+from webrl.config_checks import at_least, one_of, require
 from webrl.data.trajectory import Trajectory
 
 WANDB_MODES = ("online", "offline", "disabled")
+WANDB_ENVIRONMENT = {
+    "WANDB_MODE": "tracking.wandb_mode",
+    "WANDB_PROJECT": "tracking.wandb_project",
+    "WANDB_ENTITY": "tracking.wandb_entity",
+    "WANDB_DIR": "tracking.wandb_dir",
+}
+"""W&B's own environment variables and the keys they set: over the config files, under the command line."""
+
+log = logging.getLogger(__name__)
 
 
-def build_loggers(run_dir: Path, project: str, mode: str, config: dict[str, Any], run_name: str) -> list[Any]:
-    """CSV always; W&B unless `mode` is "disabled". Resumed runs reuse the W&B run id saved in run_dir."""
-    if mode not in WANDB_MODES:
-        raise ValueError(f"tracking.wandb_mode must be one of {WANDB_MODES}, got {mode!r}")
+@dataclass
+class TrackingConfig:
+    """Where metrics go (W&B's environment variables WANDB_MODE, _PROJECT, _ENTITY, _DIR override the files)."""
+
+    wandb_project: str = "webrl"
+    """W&B project."""
+    wandb_entity: str = ""
+    """W&B entity (team or user); empty = the key's default entity."""
+    wandb_mode: str = "offline"
+    """online | offline | disabled (online without a W&B key runs offline; CSV is always written)."""
+    wandb_dir: str = ""
+    """Directory W&B writes its run files under; empty = the run directory."""
+    sample_trajectories: int = 8
+    """Sample trajectories logged as a table per phase."""
+
+    def validate(self) -> None:
+        require(bool(self.wandb_project), "tracking.wandb_project", self.wandb_project, "must name a W&B project")
+        one_of("tracking.wandb_mode", self.wandb_mode, WANDB_MODES)
+        at_least("tracking.sample_trajectories", self.sample_trajectories, 0)
+
+
+def wandb_key_configured() -> bool:
+    """Whether W&B has an API key: $WANDB_API_KEY, or a netrc entry ($NETRC or ~/.netrc) for its host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        return netrc.netrc(os.environ.get("NETRC") or None).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def effective_wandb_mode(mode: str) -> str:
+    """`mode`, except online without a key: that runs offline (`wandb sync` uploads it later) instead of prompting."""
+    if mode == "online" and not wandb_key_configured():
+        log.warning("tracking.wandb_mode=online but no W&B key is configured (WANDB_API_KEY, netrc): logging offline")
+        return "offline"
+    return mode
+
+
+def build_loggers(run_dir: Path, tracking: TrackingConfig, config: dict[str, Any], run_name: str) -> list[Any]:
+    """CSV always; W&B unless its mode is "disabled". Resumed runs reuse the W&B run id saved in run_dir."""
+    tracking.validate()
     # A new version directory per launch: a resumed run adds metrics/version_N+1 instead of overwriting.
     loggers: list[Any] = [CSVLogger(root_dir=str(run_dir), name="metrics")]
+    mode = effective_wandb_mode(tracking.wandb_mode)
     if mode == "disabled":
         return loggers
     from lightning.pytorch.loggers import WandbLogger
@@ -33,8 +87,16 @@ def build_loggers(run_dir: Path, project: str, mode: str, config: dict[str, Any]
     os.environ["WANDB_MODE"] = mode
     id_file = run_dir / "wandb_run_id.txt"
     run_id = id_file.read_text().strip() if id_file.exists() else None
+    save_dir = tracking.wandb_dir or str(run_dir)
+    Path(save_dir).mkdir(parents=True, exist_ok=True)
     logger = WandbLogger(
-        project=project, name=run_name, save_dir=str(run_dir), id=run_id, resume="allow", config=config
+        project=tracking.wandb_project,
+        entity=tracking.wandb_entity or None,
+        name=run_name,
+        save_dir=save_dir,
+        id=run_id,
+        resume="allow",
+        config=config,
     )
     if run_id is None:
         id_file.parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +154,4 @@ def log_trajectory_table(loggers: list[Any], phase: int, trajectories: list[Traj
 
 def setup_logging() -> None:
     """Timestamped INFO logs on stderr for the recipes (the library itself only creates loggers)."""
-    import logging
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -17,6 +17,10 @@ import torch
 from lightning.fabric import Fabric
 from tqdm.auto import tqdm
 
+from webrl.config_checks import at_least, one_of, positive, within
+
+SCHEDULES = ("constant", "cosine")
+
 
 @dataclass
 class StageSettings:
@@ -40,12 +44,14 @@ class StageSettings:
     """batch steps of similar length together: less padding (SmolLM2 SFT: ~40% of tokens), another batch order"""
 
     def validate(self, name: str) -> None:
-        if self.lr <= 0 or self.epochs <= 0 or self.batch_size < 1 or self.accumulate < 1:
-            raise ValueError(f"{name}: lr and epochs must be > 0, batch_size and accumulate >= 1")
-        if self.schedule not in ("constant", "cosine"):
-            raise ValueError(f"{name}.schedule must be constant or cosine, got {self.schedule!r}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"{name}.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        """Raise ConfigError naming `name.<key>`, its value and what is allowed."""
+        positive(f"{name}.lr", self.lr)
+        positive(f"{name}.epochs", self.epochs)
+        at_least(f"{name}.batch_size", self.batch_size, 1)
+        at_least(f"{name}.accumulate", self.accumulate, 1)
+        at_least(f"{name}.grad_clip", self.grad_clip, 0, "(0 = no clipping)")
+        within(f"{name}.warmup_ratio", self.warmup_ratio, 0, 1, open_high=True)
+        one_of(f"{name}.schedule", self.schedule, SCHEDULES)
 
 
 def lr_factor(step: int, total: int, settings: StageSettings) -> float:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 
 import recipes.evaluate as evaluate
-from webrl.data.trajectory import Task, Trajectory
+from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_trajectories
 from webrl.evaluation.outcomes import Baseline
 from webrl.loop_config import WebRLConfig
 
@@ -66,7 +67,8 @@ def test_evaluation_writes_statistics_and_outcomes(tmp_path, monkeypatch):
     baseline = Baseline("eval_a.json", {"1": False, "2": False, "1003": True})
     metrics = evaluate.evaluate_checkpoint(config, FixtureEnvironment(), Path("ckpt"), "b", baseline=baseline)
     assert metrics["success_rate"] == pytest.approx(2 / 3) and metrics["success_rate/reddit"] == 1.0
-    record = json.loads((tmp_path / "eval_b.json").read_text())
+    [result] = tmp_path.glob("eval_b-*.json")
+    record = json.loads(result.read_text())
     assert record["checkpoint"] == "ckpt" and record["success_rate/shopping"] == 0.5 and record["time_s"] == 1.0
     assert record["outcomes"] == {"1": True, "2": False, "1003": True}
     by_seen = record["breakdown"]["by_seen"]  # template 101 is in train, 409 is not
@@ -80,7 +82,7 @@ def test_evaluation_writes_statistics_and_outcomes(tmp_path, monkeypatch):
         "only_b": 0,
         "p_value": 1.0,
     }
-    markdown = (tmp_path / "eval_b.md").read_text()
+    markdown = result.with_name(result.name.replace(".json", ".md")).read_text()
     assert "| 409 | reddit | no | 1 | 1 | 100.0 | [20.7, 100.0] |" in markdown and "Paired comparison" in markdown
 
 
@@ -93,3 +95,57 @@ def test_a_baseline_on_other_tasks_stops_before_the_engine_starts(tmp_path, monk
     baseline = Baseline("eval_a.json", {"1": False, "2": False, "7": True})
     with pytest.raises(SystemExit, match="only in A: 1003; only in B: 7"):
         evaluate.evaluate_checkpoint(config, FixtureEnvironment(), Path("ckpt"), "b", baseline=baseline)
+
+
+class ResumingEnvironment(FixtureEnvironment):
+    """Resumes like WebEnvironment: a task already in `out_path` is not run again; counts the episodes run."""
+
+    def __init__(self, rewards: dict[str, float]) -> None:
+        self.rewards = rewards
+        self.episodes = 0
+
+    def run_episodes(self, engine, tasks, out_path, **kwargs):
+        done = {t.task.task_id: t for t in read_trajectories(out_path)} if out_path.exists() else {}
+        pending = [task for task in tasks if task.task_id not in done]
+        new = [Trajectory(task, status="exit", eval_reward=self.rewards[task.task_id]) for task in pending]
+        self.episodes += len(new)
+        write_trajectories(out_path, [*done.values(), *new])
+        done.update({t.task.task_id: t for t in new})
+        return [done[task.task_id] for task in tasks], {"time_s": 1.0}
+
+
+def _checkpoint(path: Path, weights: bytes) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(weights)
+    return path
+
+
+def test_another_checkpoint_never_resumes_from_an_earlier_ones_results(tmp_path, monkeypatch):
+    """phase_003/actor after phase_001/actor into one output dir: its own episodes, its own score."""
+    monkeypatch.setattr(evaluate, "build_engine", lambda *args, **kwargs: ClosingEngine())
+    config = WebRLConfig(output_dir=str(tmp_path / "out"))
+    first = _checkpoint(tmp_path / "run" / "phase_001" / "actor", b"weights of phase 1")
+    third = _checkpoint(tmp_path / "run" / "phase_003" / "actor", b"weights of phase 3")
+    always = ResumingEnvironment({"1": 1.0, "2": 1.0, "1003": 1.0})
+    assert evaluate.evaluate_checkpoint(config, always, first, "actor")["success_rate"] == 1.0
+    never = ResumingEnvironment({"1": 0.0, "2": 0.0, "1003": 0.0})
+    assert evaluate.evaluate_checkpoint(config, never, third, "actor")["success_rate"] == 0.0
+    assert never.episodes == 3
+    again = ResumingEnvironment({"1": 0.0, "2": 0.0, "1003": 0.0})  # the same identity resumes: nothing reruns
+    assert evaluate.evaluate_checkpoint(config, again, third, "actor")["success_rate"] == 0.0
+    assert again.episodes == 0
+
+
+def test_results_record_what_made_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(evaluate, "build_engine", lambda *args, **kwargs: ClosingEngine())
+    config = WebRLConfig(output_dir=str(tmp_path / "out"))
+    config.env.test_tasks, config.rollout.eval_temperature = 3, 0.5
+    checkpoint = _checkpoint(tmp_path / "actor", b"some weights")
+    evaluate.evaluate_checkpoint(config, FixtureEnvironment(), checkpoint, "actor")
+    [result] = (tmp_path / "out").glob("eval_actor*.json")
+    identity = json.loads(result.read_text())["identity"]
+    assert identity["checkpoint"] == str(checkpoint.resolve())
+    assert identity["weights_sha256"] == hashlib.sha256(b"model.safetensors\0some weights").hexdigest()
+    expected = {"split": "test", "test_tasks": 3, "engine": "hf", "temperature": 0.5}
+    assert {key: identity[key] for key in expected} == expected

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from webrl.config_checks import at_least, one_of, require, within
+
 CURRICULUM_MODES = ("llm", "template", "mixed")
 
 # What each site is, for the generation prompt. Keys cover WebArena's names and the embedded sites'.
@@ -100,28 +102,24 @@ class CurriculumConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ValueError naming the `curriculum.<key>` at fault."""
-        if self.mode not in CURRICULUM_MODES:
-            raise ValueError(f"curriculum.mode must be one of {CURRICULUM_MODES}, got {self.mode!r}")
-        for key in ("tasks_per_phase", "seeds_per_call", "generation_turns", "variants_per_seed", "max_tokens"):
+        """Raise ConfigError naming the `curriculum.<key>` at fault, its value and what is allowed."""
+        one_of("curriculum.mode", self.mode, CURRICULUM_MODES)
+        counts = ("tasks_per_phase", "seeds_per_call", "generation_turns", "variants_per_seed", "max_tokens")
+        for key in (*counts, "judge_max_tokens"):
             value = getattr(self, key)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"curriculum.{key} must be a positive integer, got {value!r}")
-        if len(self.value_window) != 2 or not 0.0 <= self.value_window[0] <= self.value_window[1] <= 1.0:
-            raise ValueError(
-                f"curriculum.value_window must be [low, high] with 0 <= low <= high <= 1, got {self.value_window!r}"
-            )
-        if any(not isinstance(stop, str) or not stop for stop in self.stop):
-            raise ValueError(f"curriculum.stop must be a list of non-empty strings, got {self.stop!r}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"curriculum.top_p must lie in (0, 1], got {self.top_p!r}")
-        if self.temperature < 0.0:
-            raise ValueError(f"curriculum.temperature must be >= 0, got {self.temperature!r}")
-        if not 1 <= self.min_task_chars <= self.max_task_chars:
-            raise ValueError(
-                f"curriculum.min_task_chars ({self.min_task_chars}) must be >= 1 and <= "
-                f"curriculum.max_task_chars ({self.max_task_chars})"
-            )
+            require(isinstance(value, int) and value >= 1, f"curriculum.{key}", value, "must be a positive integer")
+        low_high = len(self.value_window) == 2 and 0.0 <= self.value_window[0] <= self.value_window[1] <= 1.0
+        require(low_high, "curriculum.value_window", self.value_window, "must be [low, high], 0 <= low <= high <= 1")
+        stops_ok = all(isinstance(stop, str) and stop for stop in self.stop)
+        require(stops_ok, "curriculum.stop", self.stop, "must be a list of non-empty strings")
+        within("curriculum.top_p", self.top_p, 0, 1, open_low=True)
+        at_least("curriculum.temperature", self.temperature, 0)
+        require(
+            1 <= self.min_task_chars <= self.max_task_chars,
+            "curriculum.min_task_chars",
+            self.min_task_chars,
+            f"must be >= 1 and <= curriculum.max_task_chars ({self.max_task_chars})",
+        )
 
     def site_description(self, site: str) -> str:
         return self.site_descriptions.get(site, f"the {site.replace('_', ' ')} website")

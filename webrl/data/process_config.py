@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from webrl.config_checks import within
 from webrl.data.replay import ReplayFilterConfig
 from webrl.modules.losses import AdvantageConfig
 
@@ -68,5 +69,7 @@ class ProcessConfig:
                 f'orm_answers must be two quoted words, e.g. \'["YES", "NO"]\' (YAML reads bare YES and NO as '
                 f"booleans); got {self.orm_answers}"
             )
+        within("gamma", self.gamma, 0, 1)
+        self.filter.validate("filter")
         if self.batch_size < 1 or self.devices < 1:
             raise ValueError(f"batch_size and devices must be >= 1, got {self.batch_size} and {self.devices}")

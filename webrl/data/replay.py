@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from webrl.config_checks import positive, require, within
 from webrl.data.steps import StepSample, trajectory_to_samples
 from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
 from webrl.modules.losses import AdvantageConfig
@@ -56,6 +57,20 @@ class ReplayFilterConfig:
     """Keep only the first successful trajectory of each intent string."""
     seed: int = 0
     """Seed of the shuffle that picks which kept steps survive the cap."""
+
+    def validate(self, prefix: str) -> None:
+        """Raise ConfigError naming `prefix.<key>`, its value and what is allowed (low >= high too)."""
+        within(f"{prefix}.low", self.low, 0, 1)
+        within(f"{prefix}.high", self.high, 0, 1)
+        require(
+            self.low < self.high,
+            f"{prefix}.low",
+            self.low,
+            f"must be below {prefix}.high ({self.high})",
+        )
+        if self.cap_ratio is not None:
+            positive(f"{prefix}.cap_ratio", self.cap_ratio)
+        within(f"{prefix}.success_threshold", self.success_threshold, 0, 1)
 
     def in_window(self, probability: float) -> bool:
         above = probability >= self.low if self.low_inclusive else probability > self.low

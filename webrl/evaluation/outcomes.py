@@ -2,7 +2,7 @@
 
 A paired test needs each task's success, not a rate, so every evaluation's JSON keeps its outcomes
 (task id -> success). A baseline can be that JSON, or the trajectories JSONL of any evaluation
-(`recipes.evaluate`'s `eval_<name>.jsonl`, a WebRL phase's `eval.rank0.jsonl`).
+(`recipes.evaluate`'s `eval_<name>-<id>.jsonl`, a WebRL phase's `eval.rank0.jsonl`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def load_outcomes(path: Path) -> dict[str, bool]:
     """task id -> success from an evaluation's JSON (its `outcomes`) or from a trajectories JSONL file."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"baseline {path} does not exist (give an eval_<name>.json or a trajectories .jsonl)")
+        raise FileNotFoundError(f"baseline {path} does not exist (give an eval_*.json or a trajectories .jsonl)")
     if path.suffix == ".jsonl":
         return success_map(task_outcomes(read_trajectories(path)))
     record = json.loads(path.read_text(encoding="utf-8"))
@@ -46,7 +46,7 @@ def load_outcomes(path: Path) -> dict[str, bool]:
     if not isinstance(outcomes, dict):
         raise ValueError(
             f"baseline {path} has no per-task `outcomes` (written by recipes.evaluate since it pairs results); "
-            "give its eval_<name>.jsonl trajectories instead"
+            "give its eval_<name>-<id>.jsonl trajectories instead"
         )
     return {str(task): bool(success) for task, success in outcomes.items()}
 

@@ -1,0 +1,95 @@
+"""A run directory keeps the config it was started with; relaunching it with other settings stops before any work."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from recipes import webrl
+
+
+class Started(Exception):
+    """Raised where the recipe would start its processes: the relaunch got past every check."""
+
+
+@pytest.fixture
+def launch(monkeypatch, tmp_path):
+    def no_fabric(*args, **kwargs):
+        raise Started
+
+    monkeypatch.setattr(webrl, "launch_fabric", no_fabric)
+    run_dir = tmp_path / "run"
+
+    def run(*overrides: str) -> None:
+        webrl.main([f"output_dir={run_dir}", "tracking.wandb_mode=disabled", *overrides])
+
+    return run, run_dir
+
+
+def test_a_relaunch_with_other_settings_stops_naming_each_key_and_keeps_the_first_config(launch):
+    run, run_dir = launch
+    with pytest.raises(Started):
+        run()
+    started_with = (run_dir / "config.json").read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        run("actor.train.lr=0.001", "env.test_tasks=20", "phases=5", "tracking.sample_trajectories=2")
+    message = str(exit_info.value.code)
+    assert "\n" not in message
+    assert "actor.train.lr 0.0001 → 0.001, env.test_tasks 60 → 20" in message, message
+    assert "phases" not in message.split("resume.allow_changes")[0] and "tracking" not in message
+    assert "output_dir" in message and "resume.allow_changes=[actor.train.lr,env.test_tasks]" in message
+    assert (run_dir / "config.json").read_text() == started_with
+
+
+def test_allowed_changes_continue_and_are_recorded_beside_the_first_config(launch):
+    run, run_dir = launch
+    with pytest.raises(Started):
+        run()
+    started_with = (run_dir / "config.json").read_text()
+    for _ in range(2):  # the same relaunch twice is recorded once
+        with pytest.raises(Started):
+            run("env.test_tasks=20", "resume.allow_changes=[env]")
+    assert (run_dir / "config.json").read_text() == started_with
+    changes = json.loads((run_dir / "config_changes.json").read_text())
+    assert changes == [{"from_phase": 0, "changes": {"env.test_tasks": [60, 20]}}]
+
+
+def test_an_unknown_key_to_allow_is_a_config_error(launch):
+    run, _ = launch
+    with pytest.raises(SystemExit) as exit_info:
+        run("resume.allow_changes=[env.test_taks]")
+    assert str(exit_info.value.code).startswith("config error: resume.allow_changes=['env.test_taks']: ")
+
+
+def _no_work(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a dry run started real work")
+
+    for name in ("launch_fabric", "build_loggers", "WebEnvironment", "build_engine", "ensure_sft"):
+        monkeypatch.setattr(webrl, name, refuse)
+
+
+def test_dry_run_prints_the_stage_plan_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    _no_work(monkeypatch)
+    run_dir = tmp_path / "run"
+    assert webrl.main(["--dry-run", f"output_dir={run_dir}", "phases=2", "env.test_tasks=20"]) == []
+    text = capsys.readouterr().out
+    assert not run_dir.exists()
+    assert f"run directory {run_dir}: new" in text
+    assert "phase 0: to run" in text and "phase 2: to run" in text and "phase 3" not in text
+    assert "64 train tasks" in text and "20 test tasks" in text
+
+
+def test_dry_run_of_a_started_run_shows_what_is_done_and_what_a_relaunch_would_refuse(tmp_path, monkeypatch, capsys):
+    _no_work(monkeypatch)
+    run_dir = tmp_path / "run"
+    webrl.keep_config(run_dir, webrl.recipe_config([f"output_dir={run_dir}"]))
+    state = {"phase": 1, "done": ["curriculum", "rollouts"], "history": [{"phase": 0}]}
+    (run_dir / "run_state.json").write_text(json.dumps(state))
+    webrl.main(["--dry-run", f"output_dir={run_dir}"])
+    text = capsys.readouterr().out
+    assert "config.json matches" in text
+    assert "phase 0: done" in text and "phase 1: done curriculum, rollouts; next labels" in text
+    with pytest.raises(SystemExit, match=r"env\.test_tasks 60 → 20"):
+        webrl.main(["--dry-run", f"output_dir={run_dir}", "env.test_tasks=20"])

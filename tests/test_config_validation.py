@@ -1,0 +1,87 @@
+"""Every value of the run config is checked at load time: one line naming the key, the value and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipes.webrl import CONFIG_DIR, recipe_config
+
+BAD_VALUES = [
+    ("env.test_tasks=-1", "env.test_tasks=-1", ">= 0"),
+    ("env.train_tasks=-3", "env.train_tasks=-3", ">= 0"),
+    ("env.html_chars=0", "env.html_chars=0", ">= 1"),
+    ("env.test_split=tset", "env.test_split='tset'", "train, test, validation, train_fit"),
+    ("rollout.top_p=7", "rollout.top_p=7.0", "(0, 1]"),
+    ("rollout.temperature=-0.5", "rollout.temperature=-0.5", ">= 0"),
+    ("rollout.eval_temperature=-1", "rollout.eval_temperature=-1.0", ">= 0"),
+    ("rollout.max_tokens=0", "rollout.max_tokens=0", ">= 1"),
+    ("rollout.max_tokens=2048", "rollout.max_tokens=2048", "model.max_length"),
+    ("reward.threshold=5", "reward.threshold=5.0", "[0, 1]"),
+    ("actor.train.lr=nan", "actor.train.lr=nan", "finite"),
+    ("critic.train.lr=-1", "critic.train.lr=-1.0", "> 0"),
+    ("sft.train.epochs=0", "sft.train.epochs=0.0", "> 0"),
+    ("orm.train.batch_size=0", "orm.train.batch_size=0", ">= 1"),
+    ("actor.train.grad_clip=-1", "actor.train.grad_clip=-1.0", ">= 0"),
+    ("actor.advantage.gamma=1.5", "actor.advantage.gamma=1.5", "[0, 1]"),
+    ("actor.loss.positive_confidence=2", "actor.loss.positive_confidence=2.0", "[0, 1]"),
+    ("actor.loss.sft_weight=-1", "actor.loss.sft_weight=-1.0", ">= 0"),
+    ("replay.filter.low=0.99", "replay.filter.low=0.99", "replay.filter.high"),
+    ("replay.filter.cap_ratio=0", "replay.filter.cap_ratio=0.0", "> 0"),
+    ("replay.filter.success_threshold=2", "replay.filter.success_threshold=2.0", "[0, 1]"),
+    ("replay.max_scored_steps=-1", "replay.max_scored_steps=-1", ">= 0"),
+    ("sft.demo_concurrency=0", "sft.demo_concurrency=0", ">= 1"),
+    ("sft.demo_tasks=-1", "sft.demo_tasks=-1", ">= 0"),
+    ("orm.rollout_tasks=-1", "orm.rollout_tasks=-1", ">= 0"),
+    ("curriculum.judge_max_tokens=0", "curriculum.judge_max_tokens=0", "positive integer"),
+    ("tracking.wandb_mode=onlin", "tracking.wandb_mode='onlin'", "online, offline, disabled"),
+    ("tracking.sample_trajectories=-1", "tracking.sample_trajectories=-1", ">= 0"),
+    ("fabric.precision=bf15-mixed", "fabric.precision='bf15-mixed'", "bf16-mixed"),
+    ("fabric.accelerator=tpuu", "fabric.accelerator='tpuu'", "cpu"),
+    ("fabric.devices=0", "fabric.devices=0", ">= 1"),
+    ("seed=-1", "seed=-1", ">= 0"),
+    ("output_dir=''", "output_dir=''", "a directory"),
+    ("model.max_length=0", "model.max_length=0", ">= 1"),
+    ("model.tiny_hidden_size=100", "model.tiny_hidden_size=100", "multiple of 64"),
+    ("model.tiny_layers=0", "model.tiny_layers=0", ">= 1"),
+    ("model.base=/nonexistent/model", "model.base='/nonexistent/model'", "tiny, smollm2 or a model directory"),
+    ("model.actor=/nonexistent/actor", "model.actor='/nonexistent/actor'", "a model directory"),
+    ("env.chromium=/nonexistent/chrome", "env.chromium='/nonexistent/chrome'", "executable"),
+]
+
+
+@pytest.mark.parametrize(("override", "named", "allowed"), BAD_VALUES, ids=[case[0] for case in BAD_VALUES])
+def test_a_bad_value_is_one_line_naming_key_value_and_what_is_allowed(override, named, allowed):
+    with pytest.raises(SystemExit) as exit_info:
+        recipe_config([override])
+    message = str(exit_info.value.code)
+    assert "\n" not in message
+    assert message.startswith(f"config error: {named}: "), message
+    assert allowed in message, message
+
+
+@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.yaml")), ids=lambda path: path.name)
+def test_every_shipped_config_file_passes(path):
+    from recipes.filtered_bc_config import FilteredBCRunConfig
+
+    recipe_config(["--config", str(path)], FilteredBCRunConfig)
+
+
+def test_lightning_accepts_every_precision_we_allow():
+    import typing
+
+    from lightning.fabric.connector import _PRECISION_INPUT
+
+    from webrl.distributed import PRECISIONS
+
+    accepted = {str(value) for part in typing.get_args(_PRECISION_INPUT) for value in typing.get_args(part)}
+    assert set(PRECISIONS) <= accepted
+
+
+@pytest.mark.parametrize("override", ["tracking.wandb_mode=onlin", "fabric.precision=bf15-mixed"])
+def test_a_bad_value_stops_the_run_before_its_directory_exists(tmp_path, override):
+    from recipes import webrl
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit):
+        webrl.main([f"output_dir={run_dir}", override])
+    assert not run_dir.exists()

@@ -1,0 +1,59 @@
+"""What an evaluation's results were made by: the checkpoint (path and weights), the tasks, the sampling.
+
+Evaluation resumes by task id from its trajectories file, so that file must never be shared by two
+different evaluations: evaluating `phase_003/actor` into a file that `phase_001/actor` wrote would
+run no episode and report phase 1's score as phase 3's. Results are therefore named by a short
+digest of this identity, and the identity itself is written into the results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from webrl.loop_config import WebRLConfig
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+CHUNK_BYTES = 1 << 24
+
+
+def weights_sha256(checkpoint: Path) -> str | None:
+    """SHA-256 over the checkpoint's weight files, in name order, each as `name NUL bytes`; None if it has none.
+
+    The bytes, not the modification times: a checkpoint rewritten with the same weights keeps its
+    identity, and one trained again in the same folder gets a new one.
+    """
+    files = sorted(path for path in Path(checkpoint).glob("*") if path.suffix in WEIGHT_SUFFIXES and path.is_file())
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            while chunk := handle.read(CHUNK_BYTES):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def evaluation_identity(config: WebRLConfig, checkpoint: Path) -> dict[str, Any]:
+    """Everything that decides an evaluation's outcomes: which weights, on which tasks, sampled how."""
+    return {
+        "checkpoint": str(Path(checkpoint).resolve()),
+        "weights_sha256": weights_sha256(checkpoint),
+        "suite": config.env.suite,
+        "split": config.env.test_split,
+        "test_tasks": config.env.test_tasks,
+        "seed": config.seed,
+        "engine": config.rollout.engine,
+        "temperature": config.rollout.eval_temperature,
+        "max_tokens": config.rollout.max_tokens,
+        "max_steps": config.env.max_steps,
+        "html_chars": config.env.html_chars,
+    }
+
+
+def identity_tag(identity: dict[str, Any]) -> str:
+    """A short digest of `identity`, for file names."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]

@@ -1,0 +1,122 @@
+"""A run directory keeps the config it was started with; relaunching it with other settings stops first.
+
+Every stage of a run is cached in its directory, so rerunning the directory with, say, another
+learning rate would reuse every finished stage and mix two configurations in one result. The
+first launch writes `config.json`; each relaunch compares its resolved config with it before any
+work and stops with one line listing the keys that differ (old → new). Keys that change no
+phase's results (`NEUTRAL_KEYS`) are never compared; others may be changed on purpose with
+`resume.allow_changes=[key, ...]`, and each accepted set of changes is recorded, with the phase it
+starts from, in `config_changes.json`. `config.json` itself is never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webrl.config_checks import ConfigError, require
+from webrl.run_state import RunState, write_json_atomic
+
+ABSENT = object()
+"""Stands for a key that one of the two configs lacks (a key added to the schema since the run started)."""
+NEUTRAL_KEYS = ("output_dir", "phases", "tracking", "resume")
+"""Where the run lives, how far it goes (phases only bounds the loop), where metrics go, and this check's own keys."""
+
+
+@dataclass
+class ResumeConfig:
+    """Relaunching a run directory with settings other than those it was started with."""
+
+    allow_changes: list[str] = field(default_factory=list)
+    """Keys or sections (e.g. env.test_tasks, env) that may differ from the run's config.json from this launch on."""
+
+    def validate(self, known: dict[str, Any]) -> None:
+        """Each entry names a key or section of the config whose flattened keys are `known`."""
+        for entry in self.allow_changes:
+            exists = any(_under(key, entry) for key in known)
+            require(
+                exists, "resume.allow_changes", self.allow_changes, f"{entry!r} is not a key or section of the config"
+            )
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"a": {"b": 1}}` -> `{"a.b": 1}`; lists stay values."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _under(key: str, entry: str) -> bool:
+    return key == entry or key.startswith(f"{entry}.")
+
+
+def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Flattened keys whose values differ, neutral keys left out; a key one side lacks reads as ABSENT there."""
+    old, new = flatten(saved), flatten(json.loads(json.dumps(current)))
+    changed = {key: (old.get(key, ABSENT), new.get(key, ABSENT)) for key in sorted(old.keys() | new.keys())}
+    return {
+        key: values
+        for key, values in changed.items()
+        if values[0] != values[1] and not any(_under(key, neutral) for neutral in NEUTRAL_KEYS)
+    }
+
+
+def check_run_config(
+    run_dir: Path, config: dict[str, Any], allow_changes: list[str]
+) -> dict[str, tuple[Any, Any]] | None:
+    """None for a run directory without config.json; else the allowed changes from it (empty when none).
+
+    `config` is the resolved config as a plain dict. Raises ConfigError (one line) listing the keys
+    that differ and are not allowed. Reads only.
+    """
+    saved_path = run_dir / "config.json"
+    if not saved_path.exists():
+        return None
+    changes = changed_keys(json.loads(saved_path.read_text(encoding="utf-8")), config)
+    refused = {key: values for key, values in changes.items() if not any(_under(key, a) for a in allow_changes)}
+    if refused:
+        raise ConfigError(
+            f"{run_dir} was started with other settings: {describe_changes(refused)}. Use another output_dir, or add "
+            f"resume.allow_changes=[{','.join(refused)}] to go on with the new values from the next stage"
+        )
+    return changes
+
+
+def keep_run_config(
+    run_dir: Path, config: dict[str, Any], allow_changes: list[str]
+) -> dict[str, tuple[Any, Any]] | None:
+    """`check_run_config`, then config.json on a first launch, or the record of the changes it allowed."""
+    changes = check_run_config(run_dir, config, allow_changes)
+    if changes is None:
+        write_json_atomic(run_dir / "config.json", config)
+    elif changes:
+        _record_changes(run_dir, {key: [_plain(old), _plain(new)] for key, (old, new) in changes.items()})
+    return changes
+
+
+def describe_changes(changes: dict[str, tuple[Any, Any]]) -> str:
+    """`key old → new, ...`."""
+    return ", ".join(f"{key} {_show(old)} → {_show(new)}" for key, (old, new) in changes.items())
+
+
+def _record_changes(run_dir: Path, changes: dict[str, list[Any]]) -> None:
+    """Append this set of accepted changes to config_changes.json once, with the phase it applies from."""
+    path = run_dir / "config_changes.json"
+    records = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    record = {"from_phase": RunState.load(run_dir / "run_state.json").phase, "changes": changes}
+    if record not in records:
+        write_json_atomic(path, [*records, record])
+
+
+def _plain(value: Any) -> Any:
+    return None if value is ABSENT else value
+
+
+def _show(value: Any) -> str:
+    return "(absent)" if value is ABSENT else json.dumps(value)
