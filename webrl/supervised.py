@@ -158,8 +158,16 @@ def base_model_dir(config: WebRLConfig, demonstrations: list[Trajectory]) -> Pat
 
 
 def sft_dir(config: WebRLConfig, base: Path, demos_path: Path) -> Path:
-    """The SFT checkpoint's cache dir: keyed by its start model, settings and demonstrations file."""
-    key = cache_key(str(base), demos_path.name, config.sft, config.model.max_length, config.env.suite, config.seed)
+    """The SFT checkpoint's cache dir: keyed by its start model, settings, numeric precision and demonstrations file."""
+    key = cache_key(
+        str(base),
+        demos_path.name,
+        config.sft,
+        config.model.max_length,
+        config.env.suite,
+        config.seed,
+        config.fabric.precision,
+    )
     return Path(config.model.cache_dir) / f"sft-{key}"
 
 
@@ -259,7 +267,7 @@ def ensure_orm(
     """The cached ORM (built on first use from the SFT actor's evaluator-labelled rollouts)."""
     if config.model.orm:
         return Path(config.model.orm)
-    key = cache_key(str(sft), config.orm, config.env, config.rollout.temperature, config.seed)
+    key = cache_key(str(sft), config.orm, config.env, config.rollout.temperature, config.seed, config.fabric.precision)
     target = Path(config.model.cache_dir) / f"orm-{key}"
     if is_built(target):
         return target
