@@ -207,7 +207,9 @@ class Episode:
         ended: tuple[str, str | None] | None = None
         timings = {"act": 0.0, "observe": 0.0}
         try:
-            action = parse_action(response)
+            # Off the event loop: a degenerate response takes milliseconds (bench/parser.py), and the
+            # other episodes sharing the loop must not wait on it.
+            action = await asyncio.to_thread(parse_action, response)
             self._parse_failures = 0
             self._repeats = self._repeats + 1 if action.key() == self._last_key else 1
             self._last_key = action.key()
