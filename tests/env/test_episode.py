@@ -119,6 +119,21 @@ def test_failed_actions_and_parse_errors_are_step_errors(run, pool, backend):
     assert traj.steps[1].action["element"] == "999"
 
 
+def test_an_element_id_that_is_not_a_number_is_refused_before_it_reaches_a_selector(run, pool, backend):
+    async def scenario():
+        async with pool.episode(page_task("actions.html"), backend, FAST) as ep:
+            obs = await ep.reset()
+            go = element_id(obs.html, "Go")
+            # Unescaped in `[data-webrl-id="…"]`, this id would select element `go` (and every other element).
+            injected = f'{go}"] , *[x="'
+            results = [await ep.step(f"do(action='Click', element='{element}')") for element in (injected, "Go")]
+            return results, await _log(ep)
+
+    results, log = run(scenario())
+    assert all("is not an element id" in r.error and not r.done for r in results), [r.error for r in results]
+    assert log == "", "the injected selector clicked an element"
+
+
 def test_the_response_is_parsed_off_the_event_loop(run, pool, backend, monkeypatch):
     """A long degenerate response takes milliseconds to parse; the other episodes on the loop go on meanwhile."""
     started, released, waits = threading.Event(), threading.Event(), []
