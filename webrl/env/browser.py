@@ -29,6 +29,7 @@ from webrl.env.backend import SiteBackend
 from webrl.env.chromium import DEFAULT_LAUNCH_ARGS, find_chromium
 from webrl.env.episode import Episode, EpisodeLimits
 from webrl.env.observation import ObservationConfig
+from webrl.env.outside_proxy import OutsideProxy
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +106,14 @@ class BrowserPool:
             await self._launch()
             return self._browser
 
-    async def _new_context(self) -> Any:
+    async def _new_context(self, proxy: dict[str, Any]) -> Any:
         options = {
             "viewport": {"width": self.config.viewport_width, "height": self.config.viewport_height},
-            # Service workers would fetch outside context.route and so escape the host allowlist.
+            # Service workers fetch outside context.route; the proxy would still stop them, but a
+            # worker outliving its page is state no episode should inherit or leave behind.
             "service_workers": "block",
+            # Every request for a host outside the allowlist goes to the episode's OutsideProxy.
+            "proxy": proxy,
         }
         try:
             return await (await self.browser()).new_context(**options)
@@ -128,9 +132,10 @@ class BrowserPool:
         observation: ObservationConfig | None = None,
     ) -> AsyncIterator[Episode]:
         """An Episode for `task` in a fresh context; waits while `max_concurrency` are open."""
-        async with self._slots:
-            context = await self._new_context()
+        async with self._slots, OutsideProxy() as proxy:
+            context = await self._new_context(proxy.context_proxy(backend.allowed_origins(task)))
             episode = Episode(task, backend, context, limits, observation)
+            proxy.on_blocked = episode.count_blocked
             try:
                 yield episode
             finally:
