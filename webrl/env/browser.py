@@ -26,7 +26,7 @@ from playwright.async_api import async_playwright
 
 from webrl.data.trajectory import Task
 from webrl.env.backend import SiteBackend
-from webrl.env.chromium import DEFAULT_LAUNCH_ARGS, find_chromium
+from webrl.env.chromium import DEFAULT_LAUNCH_ARGS, find_chromium, is_sandbox_failure, sandbox_unavailable_reason
 from webrl.env.episode import Episode, EpisodeLimits
 from webrl.env.observation import ObservationConfig
 from webrl.env.outside_proxy import OutsideProxy
@@ -45,7 +45,7 @@ class BrowserConfig:
     max_concurrency: int = 8
     """Episodes (browser contexts) open at the same time; further `episode()` calls wait."""
     launch_args: list[str] = field(default_factory=lambda: list(DEFAULT_LAUNCH_ARGS))
-    """Chromium command-line flags."""
+    """Chromium command-line flags (`--no-sandbox` among them turns the sandbox off outright)."""
     viewport_width: int = 1280
     """Page width in CSS pixels (WebRL: 1280)."""
     viewport_height: int = 720
@@ -66,6 +66,8 @@ class BrowserPool:
         self.executable_path = find_chromium(self.config.executable_path, headless=self.config.headless)
         self.launches = 0
         self.relaunches = 0
+        self.sandbox = "--no-sandbox" not in self.config.launch_args and sandbox_unavailable_reason() is None
+        """Whether Chromium runs in its sandbox: decided here, and turned off by a launch that fails for want of it."""
         self._playwright: Any = None
         self._browser: Any = None
         self._lock = asyncio.Lock()
@@ -85,13 +87,25 @@ class BrowserPool:
         await self.browser()
 
     async def _launch(self) -> None:
-        self._browser = await self._playwright.chromium.launch(
+        try:
+            self._browser = await self._launch_chromium()
+        except PlaywrightError as err:
+            if not self.sandbox or not is_sandbox_failure(str(err)):
+                raise
+            log.warning("Chromium's sandbox cannot start here; launching without it: %s", str(err).splitlines()[0])
+            self.sandbox = False
+            self._browser = await self._launch_chromium()
+        self.launches += 1
+
+    async def _launch_chromium(self) -> Any:
+        return await self._playwright.chromium.launch(
             executable_path=self.executable_path,
             headless=self.config.headless,
             args=self.config.launch_args,
+            # Without it Playwright adds --no-sandbox itself.
+            chromium_sandbox=self.sandbox,
             timeout=self.config.launch_timeout_s * 1000,
         )
-        self.launches += 1
 
     async def browser(self) -> Any:
         """The live Browser, relaunching Chromium first if it died."""
