@@ -48,6 +48,65 @@ def test_comments_and_text_around_the_call():
     assert parse_action('do(action="Type", argument="do(x)", element="2")').argument == "do(x)"
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Python call syntax the action language inherits: comments, line breaks and continuations
+        # inside the call, implicit concatenation, parentheses, integer forms, every string form.
+        ('do(action="Click",  # the search box\n   element="3")', ("click", "3", None, None)),
+        ('do(\n  action="Type",\n  argument="lamp",\n  element="13",\n)', ("type", "13", "lamp", None)),
+        ('do(action="Click", \\\n element="3")', ("click", "3", None, None)),
+        ('do(action="Click",\r\n element="3")', ("click", "3", None, None)),
+        ('do(action="Cl" "ick", element=("3"))', ("click", "3", None, None)),
+        ('do(action=(("Click")), element=7)', ("click", "7", None, None)),
+        ('do(action="Click", element="3" "4")', ("click", "34", None, None)),
+        ('do(\uff41ction="Click", element="3")', ("click", "3", None, None)),
+        ('do(action="Click", element=0x10)', ("click", "16", None, None)),
+        ('do(action="Click", element=1_0)', ("click", "10", None, None)),
+        ('do(action="Click", element=00)', ("click", "0", None, None)),
+        ('do(action="Click", element=0o17)', ("click", "15", None, None)),
+        ("do(action='''Type''', argument='''two\nlines''', element='2')", ("type", "2", "two\nlines", None)),
+        ('do(action="Type", argument="t\\tb \\x41 \\N{BULLET}", element="2")', ("type", "2", "t\tb A \u2022", None)),
+        ('do(action=u"Click", element=r"3")', ("click", "3", None, None)),
+        ('do(action="Type", argument="quote \\" inside", element="2")', ("type", "2", 'quote " inside', None)),
+        ('exit(message="""He said "hi" (twice)""")', ("exit", None, None, 'He said "hi" (twice)')),
+        ('exit("the answer")', ("exit", None, None, "the answer")),
+        ('do(action="Fly", action="Click", element="3")', ("click", "3", None, None)),
+        ('do\t(action="Click", element="3")', ("click", "3", None, None)),
+        ('do\x0c(action="Click", element="3")', ("click", "3", None, None)),
+        ('do( action = "Click" , element = "3" )', ("click", "3", None, None)),
+        ("go_backward ( )", ("go_backward", None, None, None)),
+    ],
+)
+def test_python_call_syntax_is_accepted(text, expected):
+    assert parse_action(text).key() == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('do(action=f"Click", element="3")', "argument 'action' must be a string literal"),
+        ('do(action=b"Click", element="3")', "argument 'action' must be a string literal"),
+        ('do(action="Click", element=1.0)', "argument 'element' must be a string literal"),
+        ('do(action="Click", element=-1)', "argument 'element' must be a string literal"),
+        ('do(action="Click", element=None)', "argument 'element' must be a string literal"),
+        ('do(action="Click", element=("3",))', "argument 'element' must be a string literal"),
+        ('do(**{"action": "Click"})', "does not accept **kwargs"),
+        ("exit(message=x)", "argument 'message' must be a string literal"),
+        ('do\n(action="Click", element="3")', "cannot parse"),
+        ('do\x0b(action="Click", element="3")', "cannot parse"),
+        ('do(action="Click", element="3",,)', "cannot parse"),
+        ('do(action="Click" element="3")', "cannot parse"),
+        ('exit(message="a", "b")', "cannot parse"),
+        ("do(action='Click\n', element='3')", "cannot parse"),
+        ('do(action="Click", element=07)', "cannot parse"),
+    ],
+)
+def test_what_python_would_not_make_a_literal_call_is_rejected(text, message):
+    with pytest.raises(ActionParseError, match=re.escape(message)):
+        parse_action(text)
+
+
 def test_to_dict_round_trips_the_fields():
     action = parse_action('do(action="Type", argument="hi", element="5")')
     assert action.to_dict() == {

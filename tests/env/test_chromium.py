@@ -1,4 +1,4 @@
-"""Finding Chromium: explicit path, WEBRL_CHROMIUM, system, Playwright's cache, and the error otherwise."""
+"""Finding Chromium (explicit path, WEBRL_CHROMIUM, system, Playwright's cache, else an error) and its sandbox."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import stat
 import pytest
 
 from webrl.env import chromium, setup_browser
+from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.chromium import ChromiumNotFoundError, find_chromium
 
 
@@ -103,3 +104,38 @@ def test_setup_browser_is_a_fast_no_op_when_a_browser_exists(monkeypatch, tmp_pa
     monkeypatch.setenv(chromium.ENV_VAR, str(binary))
     assert setup_browser.main([]) == 0
     assert capsys.readouterr().out.strip() == f"Chromium ready: {binary} Chromium 1.2.3"
+
+
+def test_the_sandbox_is_off_only_for_root(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert "root" in chromium.sandbox_unavailable_reason()
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert chromium.sandbox_unavailable_reason() is None
+    assert "--no-sandbox" not in chromium.DEFAULT_LAUNCH_ARGS
+
+
+def test_a_non_root_launch_keeps_the_sandbox_unless_it_cannot_start(run, monkeypatch, tmp_path, caplog):
+    """A wrapper records each launch's flags and, like a machine without user namespaces, refuses the sandbox.
+
+    (It then starts the real Chromium without one: this test runs as root, where Chromium insists.)
+    """
+    launches = tmp_path / "launches"
+    wrapper = tmp_path / "chromium-without-sandbox"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {launches}\n'
+        'case " $* " in *" --no-sandbox "*) ;; *) echo "FATAL: No usable sandbox!" >&2; exit 1;; esac\n'
+        f'exec {find_chromium()} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    pool = BrowserPool(BrowserConfig(executable_path=str(wrapper), max_concurrency=1))
+    assert pool.sandbox
+    run(pool.start())
+    try:
+        assert run(pool.browser()).is_connected() and not pool.sandbox
+    finally:
+        run(pool.close())
+    first, second = launches.read_text().splitlines()
+    assert "--no-sandbox" not in first.split() and "--no-sandbox" in second.split()
+    assert "sandbox cannot start here" in caplog.text

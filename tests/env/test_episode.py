@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 from env_helpers import element_id, page_task
 
 from webrl.data.trajectory import Task
+from webrl.env import episode as episode_module
+from webrl.env.actions import parse_action
 from webrl.env.backend import WebArenaBackend
 from webrl.env.episode import EpisodeLimits, outside_origins
 
@@ -112,6 +117,48 @@ def test_failed_actions_and_parse_errors_are_step_errors(run, pool, backend):
     assert all(not r.done and r.status == "running" for r in results)
     assert traj.steps[0].action is None and traj.steps[0].error == results[0].error
     assert traj.steps[1].action["element"] == "999"
+
+
+def test_an_element_id_that_is_not_a_number_is_refused_before_it_reaches_a_selector(run, pool, backend):
+    async def scenario():
+        async with pool.episode(page_task("actions.html"), backend, FAST) as ep:
+            obs = await ep.reset()
+            go = element_id(obs.html, "Go")
+            # Unescaped in `[data-webrl-id="…"]`, this id would select element `go` (and every other element).
+            injected = f'{go}"] , *[x="'
+            results = [await ep.step(f"do(action='Click', element='{element}')") for element in (injected, "Go")]
+            return results, await _log(ep)
+
+    results, log = run(scenario())
+    assert all("is not an element id" in r.error and not r.done for r in results), [r.error for r in results]
+    assert log == "", "the injected selector clicked an element"
+
+
+def test_the_response_is_parsed_off_the_event_loop(run, pool, backend, monkeypatch):
+    """A long degenerate response takes milliseconds to parse; the other episodes on the loop go on meanwhile."""
+    started, released, waits = threading.Event(), threading.Event(), []
+
+    def parse_waiting_for_the_loop(text):
+        started.set()
+        waits.append(released.wait(timeout=5))
+        return parse_action(text)
+
+    async def release_once_parsing():
+        while not started.is_set():
+            await asyncio.sleep(0.005)
+        released.set()
+
+    monkeypatch.setattr(episode_module, "parse_action", parse_waiting_for_the_loop)
+
+    async def scenario():
+        async with pool.episode(page_task("actions.html"), backend, FAST) as ep:
+            await ep.reset()
+            result, _ = await asyncio.gather(ep.step('do(action="Scroll Down")'), release_once_parsing())
+            return result
+
+    result = run(scenario())
+    assert result.error is None and result.action.name == "scroll_down"
+    assert waits == [True], "the loop did not run while the response was being parsed"
 
 
 def _run_steps(run, pool, backend, limits: EpisodeLimits, responses: list[str]):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from webrl.env.observation import ObservationConfig, cut_to_budget, element_selector, observe
+from webrl.env.observation import ObservationConfig, cut_to_budget, element_selector, is_element_id, observe
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -92,3 +92,12 @@ def test_cut_to_budget_leaves_short_text_alone():
     assert "\n[..." in cut
     with pytest.raises(ValueError, match="max_chars"):
         ObservationConfig(max_chars=10)
+
+
+def test_element_ids_are_the_numbers_the_observation_gives():
+    for element in ("0", "7", "12", "4096"):
+        assert is_element_id(element) and element_selector(element) == f'[data-webrl-id="{element}"]'
+    for element in ("", " 3", "3 ", "07", "-1", "1.0", "0x1", "\u0663", "\uff13", "3\n", 'a"]', '0"] , *[x="', "3\\"):
+        assert not is_element_id(element), repr(element)
+        with pytest.raises(ValueError, match="not an element id"):
+            element_selector(element)

@@ -6,6 +6,11 @@ The model answers with one Python-call-shaped line, optionally preceded by `# El
 that thinks aloud before its action still parses, and text after the call (a stop token, a stray
 explanation) is ignored. Anything that does not parse raises `ActionParseError`; the episode turns
 that into a step error the agent sees on its next turn rather than an exception.
+
+Any text must parse in time linear in its length, since the parser runs beside every other episode:
+a response is capped at MAX_RESPONSE_CHARS, each call start is read once (`action_syntax`), and the
+reads together may cover the response only a few times over; a response whose call starts overlap
+more than that (calls inside comments inside calls) is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import ast
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from webrl.env.action_syntax import CALL_NAMES, ActionParseError, CallReader
 
 # WebRL action names (case-insensitive, spaces/underscores free) -> canonical names.
 _DO_ACTIONS = {
@@ -33,14 +40,14 @@ _DO_ACTIONS = {
 _NEEDS_ELEMENT = {"click", "type", "search", "hover", "select"}
 _NEEDS_ARGUMENT = {"type", "search", "select"}
 _BARE_CALLS = {"go_backward": "go_backward", "go_forward": "go_forward"}
-_CALL_START = re.compile(r"\b(exit|do|go_backward|go_forward)\s*\(")
-_CALL_ORDER = ("exit", "do", "go_backward", "go_forward")
+_CALL_START = re.compile(rf"\b({'|'.join(CALL_NAMES)})\s*\(")
 
 ACTION_NAMES = frozenset(_DO_ACTIONS.values()) | {"exit"}
-
-
-class ActionParseError(ValueError):
-    """A model response that is not a valid action; the message says what is wrong with it."""
+MAX_RESPONSE_CHARS = 8192
+"""Longest response parsed (512 generated tokens are about 2,000 characters); longer ones are refused."""
+# How many times over the call reads may cover the response, plus a floor for short responses.
+_READS_PER_CHAR = 2
+_READ_FLOOR = 4096
 
 
 @dataclass
@@ -67,8 +74,8 @@ class Action:
         return (self.name, self.element, self.argument, self.message)
 
 
-def _call_candidates(text: str) -> list[str]:
-    """Texts that may hold the action: from each `exit(`, then each `do(`, then bare go_* calls, last first.
+def _call_starts(text: str) -> list[int]:
+    """Where the action may start: each `exit(`, then each `do(`, then bare go_* calls, last first.
 
     The release reads from the last `exit(` (else the last `do(`); trying earlier occurrences next
     keeps a `do(` quoted inside an argument from hiding the real call.
@@ -76,9 +83,9 @@ def _call_candidates(text: str) -> list[str]:
     found: dict[str, list[int]] = {}
     for match in _CALL_START.finditer(text):
         found.setdefault(match.group(1), []).append(match.start())
-    candidates = [text[start:] for name in _CALL_ORDER for start in reversed(found.get(name, []))]
-    if candidates:
-        return candidates
+    starts = [start for name in CALL_NAMES for start in reversed(found.get(name, []))]
+    if starts:
+        return starts
     lines = [line for line in text.strip().splitlines() if line.strip() and not line.lstrip().startswith("#")]
     if not lines:
         raise ActionParseError('empty response: expected a call such as do(action="Click", element="3")')
@@ -86,18 +93,12 @@ def _call_candidates(text: str) -> list[str]:
 
 
 def _parse_call(call_text: str) -> ast.Call:
-    """Parse the shortest prefix of `call_text` that is a complete call, ignoring what follows."""
-    closes = [i for i, ch in enumerate(call_text) if ch == ")"]
-    last_error = "missing closing parenthesis"
-    for end in closes:
-        try:
-            node = ast.parse(call_text[: end + 1].strip(), mode="eval").body
-        except SyntaxError as err:
-            last_error = err.msg
-            continue
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            return node
-    raise ActionParseError(f"cannot parse {call_text[:120]!r} as a call ({last_error})")
+    """Read one call's text (as `CallReader` delimited it) with Python's own parser."""
+    try:
+        return ast.parse(call_text, mode="eval").body  # type: ignore[return-value]
+    except (SyntaxError, ValueError) as err:
+        reason = err.msg if isinstance(err, SyntaxError) else str(err)
+        raise ActionParseError(f"cannot parse {call_text[:120]!r} as a call ({reason})") from None
 
 
 def _literal(node: ast.expr, key: str) -> str:
@@ -128,13 +129,24 @@ def parse_action(text: str) -> Action:
     Candidates are tried in the release's order of preference; the first that makes a valid action
     wins, and when none does, the error is the one for the most likely candidate.
     """
-    errors: list[ActionParseError] = []
-    for candidate in _call_candidates(text):
+    if len(text) > MAX_RESPONSE_CHARS:
+        raise ActionParseError(
+            f"the response has {len(text):,} characters, more than the {MAX_RESPONSE_CHARS:,} an action may have"
+        )
+    allowance = _READS_PER_CHAR * len(text) + _READ_FLOOR
+    first_error: ActionParseError | None = None
+    for start in _call_starts(text):
+        if allowance < 0:
+            raise ActionParseError(f"{first_error} (and too many overlapping calls in the response to read them all)")
+        reader = CallReader(text, start)
         try:
-            return _action_from_call(_parse_call(candidate), text)
+            return _action_from_call(_parse_call(reader.read()), text)
         except ActionParseError as err:
-            errors.append(err)
-    raise errors[0]
+            first_error = first_error or err
+        finally:
+            allowance -= reader.pos - start
+    assert first_error is not None, "_call_starts returns at least one start or raises"
+    raise first_error
 
 
 def _action_from_call(call: ast.Call, text: str) -> Action:

@@ -26,9 +26,10 @@ from playwright.async_api import async_playwright
 
 from webrl.data.trajectory import Task
 from webrl.env.backend import SiteBackend
-from webrl.env.chromium import DEFAULT_LAUNCH_ARGS, find_chromium
+from webrl.env.chromium import DEFAULT_LAUNCH_ARGS, find_chromium, is_sandbox_failure, sandbox_unavailable_reason
 from webrl.env.episode import Episode, EpisodeLimits
 from webrl.env.observation import ObservationConfig
+from webrl.env.outside_proxy import OutsideProxy
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class BrowserConfig:
     max_concurrency: int = 8
     """Episodes (browser contexts) open at the same time; further `episode()` calls wait."""
     launch_args: list[str] = field(default_factory=lambda: list(DEFAULT_LAUNCH_ARGS))
-    """Chromium command-line flags."""
+    """Chromium command-line flags (`--no-sandbox` among them turns the sandbox off outright)."""
     viewport_width: int = 1280
     """Page width in CSS pixels (WebRL: 1280)."""
     viewport_height: int = 720
@@ -65,6 +66,8 @@ class BrowserPool:
         self.executable_path = find_chromium(self.config.executable_path, headless=self.config.headless)
         self.launches = 0
         self.relaunches = 0
+        self.sandbox = "--no-sandbox" not in self.config.launch_args and sandbox_unavailable_reason() is None
+        """Whether Chromium runs in its sandbox: decided here, and turned off by a launch that fails for want of it."""
         self._playwright: Any = None
         self._browser: Any = None
         self._lock = asyncio.Lock()
@@ -84,13 +87,25 @@ class BrowserPool:
         await self.browser()
 
     async def _launch(self) -> None:
-        self._browser = await self._playwright.chromium.launch(
+        try:
+            self._browser = await self._launch_chromium()
+        except PlaywrightError as err:
+            if not self.sandbox or not is_sandbox_failure(str(err)):
+                raise
+            log.warning("Chromium's sandbox cannot start here; launching without it: %s", str(err).splitlines()[0])
+            self.sandbox = False
+            self._browser = await self._launch_chromium()
+        self.launches += 1
+
+    async def _launch_chromium(self) -> Any:
+        return await self._playwright.chromium.launch(
             executable_path=self.executable_path,
             headless=self.config.headless,
             args=self.config.launch_args,
+            # Without it Playwright adds --no-sandbox itself.
+            chromium_sandbox=self.sandbox,
             timeout=self.config.launch_timeout_s * 1000,
         )
-        self.launches += 1
 
     async def browser(self) -> Any:
         """The live Browser, relaunching Chromium first if it died."""
@@ -105,11 +120,14 @@ class BrowserPool:
             await self._launch()
             return self._browser
 
-    async def _new_context(self) -> Any:
+    async def _new_context(self, proxy: dict[str, Any]) -> Any:
         options = {
             "viewport": {"width": self.config.viewport_width, "height": self.config.viewport_height},
-            # Service workers would fetch outside context.route and so escape the host allowlist.
+            # Service workers fetch outside context.route; the proxy would still stop them, but a
+            # worker outliving its page is state no episode should inherit or leave behind.
             "service_workers": "block",
+            # Every request for a host outside the allowlist goes to the episode's OutsideProxy.
+            "proxy": proxy,
         }
         try:
             return await (await self.browser()).new_context(**options)
@@ -128,9 +146,10 @@ class BrowserPool:
         observation: ObservationConfig | None = None,
     ) -> AsyncIterator[Episode]:
         """An Episode for `task` in a fresh context; waits while `max_concurrency` are open."""
-        async with self._slots:
-            context = await self._new_context()
+        async with self._slots, OutsideProxy() as proxy:
+            context = await self._new_context(proxy.context_proxy(backend.allowed_origins(task)))
             episode = Episode(task, backend, context, limits, observation)
+            proxy.on_blocked = episode.count_blocked
             try:
                 yield episode
             finally:

@@ -25,8 +25,8 @@ SYSTEM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/lib/chro
 HEADLESS_SHELL_PATHS = ("/usr/lib/chromium/chromium-headless-shell", "/usr/bin/chromium-headless-shell")
 HEADLESS_SHELL_NAMES = ("chromium-headless-shell",)
 # Flags that make a headless Chromium quiet and robust in containers (measured on this project's CI image).
+# The sandbox is not among them: it stays on unless `sandbox_unavailable_reason` or the launch says otherwise.
 DEFAULT_LAUNCH_ARGS = (
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",
@@ -41,6 +41,23 @@ INSTALL_HINT = (
     "or `python -m playwright install chromium` where downloads work; "
     f"or point {ENV_VAR} at a Chromium/Chrome binary"
 )
+
+
+def sandbox_unavailable_reason() -> str | None:
+    """Why Chromium must run without its sandbox here before even trying, or None.
+
+    Chromium refuses to sandbox itself for root (crbug.com/638180). Elsewhere the sandbox is tried,
+    and a launch that fails for want of it (no user namespaces, no setuid helper) is retried without.
+    """
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return "running as root, which Chromium refuses to sandbox"
+    return None
+
+
+def is_sandbox_failure(launch_error: str) -> bool:
+    """Whether a launch failed because the sandbox could not start (Playwright's summary, or Chromium's own words)."""
+    markers = ("Chromium sandboxing failed", "No usable sandbox", "crbug.com/638180", "crbug.com/357670")
+    return any(marker in launch_error for marker in markers)
 
 
 class ChromiumNotFoundError(FileNotFoundError):

@@ -101,6 +101,7 @@ class Episode:
         self.page: Any = None
         self._opened: list[Any] = []
         self._allowed = set(backend.allowed_origins(self.task))
+        self._outside = outside_origins(self._allowed)
         self._observation = Observation.empty()
         self._started = 0.0
         self._repeats = 0
@@ -116,23 +117,31 @@ class Episode:
         """The latest observation (the one the agent acts on next)."""
         return self._observation
 
-    def _count_blocked(self, url: str) -> None:
+    def count_blocked(self, url: str) -> None:
+        """Record a request refused for leaving the task's sites (the pool's OutsideProxy reports here too)."""
         metadata = self.trajectory.metadata
         metadata["blocked_requests"] += 1
         if len(metadata.setdefault("blocked_urls", [])) < _KEPT_BLOCKED_URLS:
             metadata["blocked_urls"].append(url[:200])
 
     async def _block(self, route: Any) -> None:
-        """Abort and count a request outside the task's origins (only those reach this handler)."""
-        self._count_blocked(route.request.url)
+        """Refuse and count a request outside the task's origins (only those reach this handler).
+
+        A navigation is answered 204 No Content, so that it does not happen and the page stays on
+        the site; aborting it would replace the page with an error page. Anything else is aborted.
+        """
+        self.count_blocked(route.request.url)
         try:
-            await route.abort("blockedbyclient")
+            if route.request.is_navigation_request():
+                await route.fulfill(status=204)
+            else:
+                await route.abort("blockedbyclient")
         except PlaywrightError:
             return  # the context closed under the request; nothing left to protect
 
     async def _block_socket(self, socket: Any) -> None:
         """Refuse a WebSocket to an outside origin: it is never connected to its server."""
-        self._count_blocked(socket.url)
+        self.count_blocked(socket.url)
         try:
             await socket.close(code=1008, reason="blocked: outside the task's sites")
         except PlaywrightError:
@@ -171,7 +180,11 @@ class Episode:
             await asyncio.wait_for(self.backend.start(self.page, self.task), timeout=self.limits.reset_timeout_s)
             return await self._observe()
         except _BROWSER_ERRORS as err:
-            self._end("error", f"reset failed: {_describe(err)}")
+            reason = _describe(err)
+            if self.trajectory.metadata["blocked_requests"]:
+                # A start page that redirects off the site fails here, its navigation refused.
+                reason += f" (requests outside the task's sites refused: {self.trajectory.metadata['blocked_urls']})"
+            self._end("error", f"reset failed: {reason}")
             return self._observation
 
     def _set_timeouts(self, page: Any) -> None:
@@ -188,12 +201,28 @@ class Episode:
             return f"{action.name} timed out after {self.limits.action_timeout_s:g}s"
         if self._opened:
             # The action opened a tab (target=_blank, window.open): the agent has no tab actions,
-            # so it follows the newest tab, as a person would.
-            self.page = self._opened[-1]
+            # so it follows the newest tab, as a person would, if that tab shows a page of the site.
+            tab = self._opened[-1]
             self._opened.clear()
-            self._set_timeouts(self.page)
-            await self.page.wait_for_load_state("domcontentloaded")
+            self._set_timeouts(tab)
+            await tab.wait_for_load_state("domcontentloaded")
+            if not self._on_site(tab.url):
+                await tab.close()
+                return error or f"the new tab's page ({tab.url[:100]}) is outside the task's sites; it was closed"
+            self.page = tab
+        if self._left_the_site(self.page.url):
+            # A navigation refused on its way out (an https redirect hop) leaves an error page: go back.
+            left = self.page.url
+            await self.page.go_back(wait_until="domcontentloaded")
+            return error or f"the page left the task's sites ({left[:100]}); went back"
         return error
+
+    def _on_site(self, url: str) -> bool:
+        return url.startswith(("http:", "https:")) and not self._outside.search(url)
+
+    def _left_the_site(self, url: str) -> bool:
+        """An error page, or a page outside the task's sites (about:blank and the like are neither)."""
+        return url.startswith("chrome-error:") or (url.startswith(("http:", "https:")) and not self._on_site(url))
 
     async def step(self, response: str, prompt: str = "") -> StepResult:
         """Parse `response`, act, observe, record the step; return what the agent sees next."""
@@ -207,7 +236,9 @@ class Episode:
         ended: tuple[str, str | None] | None = None
         timings = {"act": 0.0, "observe": 0.0}
         try:
-            action = parse_action(response)
+            # Off the event loop: a degenerate response takes milliseconds (bench/parser.py), and the
+            # other episodes sharing the loop must not wait on it.
+            action = await asyncio.to_thread(parse_action, response)
             self._parse_failures = 0
             self._repeats = self._repeats + 1 if action.key() == self._last_key else 1
             self._last_key = action.key()

@@ -24,7 +24,7 @@ from typing import Any
 from playwright.async_api import Error as PlaywrightError
 
 from webrl.env.actions import Action
-from webrl.env.observation import element_selector
+from webrl.env.observation import element_selector, is_element_id
 
 # One plain evaluate per element action (no Playwright selector engine, whose injected script
 # costs tens of ms to compile per page): does element N exist, does it open a tab, and for a
@@ -99,6 +99,8 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
             await page.go_forward(timeout=timeout_ms, wait_until="domcontentloaded")
             return "there is no earlier page in this tab's history"
         return None
+    if not is_element_id(action.element or ""):
+        return f'element {action.element!r} is not an element id: use a number N from id="N" in the observation'
     selector = element_selector(action.element or "")
     wanted = action.argument if name == "select" else None
     info = await page.evaluate(_INSPECT_JS, {"selector": selector, "wanted": wanted})

@@ -8,6 +8,7 @@ then applies the character budget on the Python side so the cut is marked the sa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,8 @@ from webrl.env.observation_script import OBSERVE_JS
 
 # The attribute the page script stamps on every labelled element; actions find element N with it.
 ELEMENT_ATTRIBUTE = "data-webrl-id"
+# The page script numbers labelled elements 0, 1, 2, … in decimal; no other id exists.
+_ELEMENT_ID = re.compile(r"0|[1-9][0-9]*")
 
 
 @dataclass
@@ -51,8 +54,19 @@ class Observation:
         return cls(html="", url=url, title="")
 
 
+def is_element_id(element: str) -> bool:
+    """True for an id an observation can give; the agent's element argument must be checked with it."""
+    return _ELEMENT_ID.fullmatch(element) is not None
+
+
 def element_selector(element: str) -> str:
-    """CSS selector of labelled element `element` in the page after the last observation."""
+    """CSS selector of labelled element `element` in the page after the last observation.
+
+    The id goes into the selector as it is, so anything but an element id is refused (ValueError):
+    an id such as `0"] , *[x="` would otherwise select other elements.
+    """
+    if not is_element_id(element):
+        raise ValueError(f"{element!r} is not an element id")
     return f'[{ELEMENT_ATTRIBUTE}="{element}"]'
 
 

@@ -1,0 +1,252 @@
+"""The host allowlist holds for every way a page can leave its task's sites, redirects included.
+
+Two servers started here: the task's site on 127.0.0.1 and an outside host on 127.0.0.2 (another
+loopback address, so nothing leaves the machine). The site's pages try each way out: an HTTP
+redirect (of the start page, of a link, of a fetch, to http and to https), a meta refresh, a
+script setting `location`, a form posted to the outside host, `window.open`, a service worker.
+Each time the outside host must receive nothing, the attempt must be counted as blocked, and the
+agent must stay on the site with a running episode (a start page that leads away ends it instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from env_helpers import element_id, page_task
+
+from webrl.env.backend import WebArenaBackend
+from webrl.env.episode import EpisodeLimits
+from webrl.env.outside_proxy import OutsideProxy, host_port
+
+pytestmark = pytest.mark.timeout(120)
+
+FAST = EpisodeLimits(action_timeout_s=5.0, wait_action_s=0.05)
+
+BUTTONS = """<!DOCTYPE html><html><body>
+<h1>Ways out</h1>
+<button onclick="location.href = '{out}/js'">Script location</button>
+<form method="post" action="{out}/form"><input name="q" value="secret"><button>Post form</button></form>
+<button onclick="window.open('{out}/popup')">Open window</button>
+<button onclick="window.open('/tab')">Open window on the site</button>
+<a href="/redirect">Redirect link</a>
+<a href="/redirect-https">Secure redirect link</a>
+<button onclick="fetch('/redirect').then(() => log('fetch loaded'), () => log('fetch failed'))">Fetch redirect</button>
+<p id="log">pending</p>
+<script>function log(text) {{ document.getElementById('log').textContent = text; }}</script>
+</body></html>"""
+META_REFRESH = """<!DOCTYPE html><html><head><meta http-equiv="refresh" content="0; url={out}/meta"></head>
+<body>Stay</body></html>"""
+SERVICE_WORKER_PAGE = """<!DOCTYPE html><html><body><p id="log">pending</p><script>
+const log = (text) => {{ document.getElementById('log').textContent = text; }};
+navigator.serviceWorker.register('/sw.js')
+  .then(() => navigator.serviceWorker.getRegistrations())
+  .then((found) => found.length ? navigator.serviceWorker.ready.then(() => 'worker active') : 'no worker')
+  .then(log, (err) => log('worker refused: ' + err));
+</script></body></html>"""
+# The worker's own requests are not the page's: routing in the browser context never sees them.
+SERVICE_WORKER = "self.addEventListener('install', (event) => event.waitUntil(fetch('{out}/sw').catch(() => null)));"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """The site on 127.0.0.1 (`outside` set) or the outside host (`outside` None, records every request)."""
+
+    outside: str | None = None
+    requests: list[str]
+
+    def _send(self, status: int, body: str = "", headers: dict[str, str] | None = None) -> None:
+        data = body.encode()
+        self.send_response(status)
+        for name, value in {"Content-Type": "text/html", **(headers or {})}.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self.requests.append(f"{self.command} {self.path}")
+        out = self.outside
+        if out is None:
+            self._send(200, "<html><body>OUTSIDE PAGE</body></html>")
+        elif self.path == "/redirect":
+            self._send(302, headers={"Location": f"{out}/landing"})
+        elif self.path == "/redirect-https":
+            self._send(302, headers={"Location": out.replace("http:", "https:") + "/landing"})
+        elif self.path == "/sw.js":
+            self._send(200, SERVICE_WORKER.format(out=out), {"Content-Type": "text/javascript"})
+        else:
+            pages = {"/buttons": BUTTONS, "/meta": META_REFRESH, "/worker": SERVICE_WORKER_PAGE}
+            self._send(200, pages.get(self.path, "<html><body>inside</body></html>").format(out=out))
+
+    do_POST = do_GET
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def _serve(host: str, outside: str | None) -> ThreadingHTTPServer:
+    handler = type("Handler", (_Handler,), {"outside": outside, "requests": []})
+    server = ThreadingHTTPServer((host, 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _url(server: ThreadingHTTPServer) -> str:
+    host, port = server.server_address[:2]
+    return f"http://{host}:{port}"
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[ThreadingHTTPServer, ThreadingHTTPServer]]:
+    outside = _serve("127.0.0.2", None)
+    site = _serve("127.0.0.1", _url(outside))
+    yield site, outside
+    for server in (site, outside):
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def outside_requests(servers) -> list[str]:
+    """What the outside host received during the test (nothing, if the allowlist holds)."""
+    received = servers[1].RequestHandlerClass.requests
+    received.clear()
+    return received
+
+
+def _backend(servers) -> WebArenaBackend:
+    return WebArenaBackend({"__PAGES__": _url(servers[0])})
+
+
+async def _until_blocked(episode, count: int = 1) -> None:
+    """Wait (at most 10 s) until the episode has counted `count` blocked requests."""
+    for _ in range(1000):
+        if episode.trajectory.metadata["blocked_requests"] >= count:
+            return
+        await asyncio.sleep(0.01)
+
+
+def test_a_start_page_redirecting_outside_is_not_followed(run, pool, servers, outside_requests):
+    async def scenario():
+        async with pool.episode(page_task("redirect"), _backend(servers), FAST) as ep:
+            observation = await ep.reset()
+            return observation, ep.trajectory
+
+    observation, trajectory = run(scenario())
+    outside = _url(servers[1])
+    assert outside_requests == []
+    assert trajectory.metadata["blocked_urls"] == [f"{outside}/landing"]
+    assert trajectory.metadata["blocked_requests"] == 1
+    assert "OUTSIDE" not in observation.html
+    assert trajectory.status == "error" and "outside the task's sites" in trajectory.error
+
+
+def test_a_meta_refresh_outside_leaves_the_page_where_it_is(run, pool, servers, outside_requests):
+    async def scenario():
+        async with pool.episode(page_task("meta"), _backend(servers), FAST) as ep:
+            await ep.reset()
+            await _until_blocked(ep)
+            return await ep.step('do(action="Wait")'), ep.trajectory
+
+    result, trajectory = run(scenario())
+    assert outside_requests == []
+    assert trajectory.metadata["blocked_urls"] == [f"{_url(servers[1])}/meta"]
+    assert result.status == "running" and result.observation.url == f"{_url(servers[0])}/meta"
+    assert "Stay" in result.observation.html
+
+
+@pytest.mark.parametrize(
+    ("control", "blocked"),
+    [
+        ("Script location", "{out}/js"),
+        ("Post form", "{out}/form"),
+        ("Open window", "{out}/popup"),
+        ("Redirect link", "{out}/landing"),
+        ("Secure redirect link", "//{host}"),
+        ("Fetch redirect", "{out}/landing"),
+    ],
+)
+def test_no_way_out_of_the_site(run, pool, servers, outside_requests, control, blocked):
+    async def scenario():
+        async with pool.episode(page_task("buttons"), _backend(servers), FAST) as ep:
+            observation = await ep.reset()
+            result = await ep.step(f'do(action="Click", element="{element_id(observation.html, control)}")')
+            await _until_blocked(ep)
+            after = await ep.step('do(action="Wait")')
+            return result, after, ep.trajectory, len(ep.context.pages)
+
+    result, after, trajectory, tabs = run(scenario())
+    out = _url(servers[1])
+    assert outside_requests == []
+    assert trajectory.metadata["blocked_urls"] == [blocked.format(out=out, host=out.split("//")[1])]
+    assert after.status == "running" and tabs == 1
+    assert after.observation.url == f"{_url(servers[0])}/buttons" and "Ways out" in after.observation.html
+    assert "OUTSIDE" not in result.observation.html + after.observation.html
+
+
+def test_a_window_opened_on_the_site_is_followed(run, pool, servers, outside_requests):
+    async def scenario():
+        async with pool.episode(page_task("buttons"), _backend(servers), FAST) as ep:
+            observation = await ep.reset()
+            control = element_id(observation.html, "Open window on the site")
+            await ep.step(f'do(action="Click", element="{control}")')
+            # A script's window.open may announce its tab after the click returns: the next step follows it.
+            result = await ep.step('do(action="Wait")')
+            return result, ep.trajectory, len(ep.context.pages)
+
+    result, trajectory, tabs = run(scenario())
+    assert result.error is None and result.observation.url == f"{_url(servers[0])}/tab" and tabs == 2
+    assert trajectory.metadata["blocked_requests"] == 0 and outside_requests == []
+
+
+async def _worker_log(page) -> str:
+    await page.wait_for_function("() => document.getElementById('log').textContent !== 'pending'")
+    return await page.evaluate("() => document.getElementById('log').textContent")
+
+
+def test_an_episode_cannot_start_a_service_worker(run, pool, servers, outside_requests):
+    async def scenario():
+        async with pool.episode(page_task("worker"), _backend(servers), FAST) as ep:
+            await ep.reset()
+            return await _worker_log(ep.page)
+
+    assert run(scenario()) == "no worker"
+    assert outside_requests == []
+
+
+def test_a_service_worker_fetching_outside_is_stopped_by_the_proxy(run, pool, servers, outside_requests):
+    """Were workers allowed, their own requests (which routing never sees) would still stop at the proxy."""
+    blocked: list[str] = []
+
+    async def scenario():
+        async with OutsideProxy(blocked.append) as proxy:
+            proxy_option = proxy.context_proxy([_url(servers[0])])
+            context = await (await pool.browser()).new_context(proxy=proxy_option, service_workers="allow")
+            try:
+                page = await context.new_page()
+                await page.goto(f"{_url(servers[0])}/worker")
+                return await _worker_log(page)
+            finally:
+                await context.close()
+
+    assert run(scenario()) == "worker active"
+    assert outside_requests == []
+    assert blocked == [f"{_url(servers[1])}/sw"]
+
+
+def test_the_proxy_bypasses_exactly_the_allowed_hosts(run):
+    async def bypass() -> str:
+        async with OutsideProxy() as proxy:
+            option = proxy.context_proxy(["https://shop.local", "http://127.0.0.1:8000", "http://127.0.0.1:8000/"])
+            assert option["server"] == proxy.url and proxy.url.startswith("http://127.0.0.1:")
+            return option["bypass"]
+
+    # Loopback is proxied too (other local ports are outside); allowed hosts go direct, port explicit.
+    assert run(bypass()) == "<-loopback>,127.0.0.1:8000,shop.local:443"
+    assert host_port("http://shop.local/") == "shop.local:80" and host_port("http://[::1]:9000") == "[::1]:9000"
+    with pytest.raises(RuntimeError, match="not started"):
+        OutsideProxy().context_proxy([])
