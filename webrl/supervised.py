@@ -94,9 +94,8 @@ def collect_demonstrations(
 
         tasks = env.suite(env.config.env.train_split, limit, env.config.seed)
         solver = ScriptedEngine.for_embedded_sites(tokenizer)
-        seed = env.config.seed
         trajectories, _ = env.run_episodes(
-            solver, tasks, out_path, phase=0, evaluation=True, seed=seed, concurrency=concurrency
+            solver, tasks, out_path, phase=0, evaluation=True, seed=env.config.seed, concurrency=concurrency
         )
         for trajectory in trajectories:
             _label_with_outcome(trajectory)
