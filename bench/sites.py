@@ -5,8 +5,9 @@ Three measurements on the real stack (sites subprocess, real Chromium, the proje
    number of requests and a time cap per level (a mix of list, detail and search pages, each
    client with its own episode cookie).
 2. Episode reset time: new browser context + episode cookie + start page + first observation.
-3. The reference solver over a task split at a given concurrency: episodes/min, steps per task,
-   and the observation length in characters (median, p95) of every page the agent read.
+3. The reference solver over a task split at a given concurrency, through the rollout driver:
+   episodes/min, steps per task, and the observation length in characters (median, p95) of every
+   page the agent read.
 Figures are printed and written to bench/results/sites.json.
 
     python bench/sites.py
@@ -27,10 +28,13 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from webrl.data.prompts import actor_prompt_for_step
 from webrl.env.browser import BrowserConfig, BrowserPool
-from webrl.env.sites import EmbeddedSites, ReferenceSolver, load_suite
-from webrl.env.sites.runner import run_policy
+from webrl.env.sites import EmbeddedSites, load_suite
+from webrl.env.sites.scorecard import failures, summary
 from webrl.env.sites.server import EPISODE_COOKIE
+from webrl.inference.rollout import collect_rollouts_sync
+from webrl.inference.scripted import ScriptedEngine
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sites.json"
 PATHS = [
@@ -120,25 +124,34 @@ async def reset_times(sites: EmbeddedSites, resets: int) -> dict:
     }
 
 
-async def solver_run(sites: EmbeddedSites, split: str, episodes: int, concurrency: int) -> dict:
+def solver_run(sites: EmbeddedSites, split: str, episodes: int, concurrency: int) -> dict:
     tasks = load_suite(split, sites.url_map)
     tasks = tasks[:episodes] if episodes else tasks
-    result = await run_policy(tasks, ReferenceSolver, sites.backend(), concurrency=concurrency)
-    lengths = [len(step.observation) for t in result.trajectories for step in t.steps]
-    summary = result.summary()
-    summary.update(
+    solver = ScriptedEngine.for_embedded_sites()
+    result = collect_rollouts_sync(
+        solver,
+        tasks,
+        sites.backend(),
+        concurrency=concurrency,
+        prompt_builder=solver.wrap(actor_prompt_for_step),
+        progress=False,
+    )
+    trajectories, seconds = result.trajectories, result.metrics["rollout/wall_s"]
+    lengths = [len(step.observation) for t in trajectories for step in t.steps]
+    report = summary(trajectories, seconds)
+    report.update(
         split=split,
         concurrency=concurrency,
-        steps_per_s=round(sum(len(t.steps) for t in result.trajectories) / result.seconds, 2),
+        steps_per_s=round(sum(len(t.steps) for t in trajectories) / seconds, 2),
         observation_chars={
             "pages": len(lengths),
             "median": statistics.median(lengths),
             "p95": percentile(lengths, 0.95),
             "max": max(lengths),
         },
-        failures=result.failures[:10],
+        failures=failures(trajectories)[:10],
     )
-    return summary
+    return report
 
 
 def main() -> None:
@@ -164,7 +177,7 @@ def main() -> None:
             f"reset   p50 {report['reset']['p50_ms']} ms  p95 {report['reset']['p95_ms']} ms"
             "  (new context + cookie + start page + observation)"
         )
-        report["solver"] = asyncio.run(solver_run(sites, args.split, args.episodes, args.concurrency))
+        report["solver"] = solver_run(sites, args.split, args.episodes, args.concurrency)
     solver = report["solver"]
     print(
         f"solver  {solver['successes']}/{solver['episodes']} solved on {args.split} in {solver['seconds']} s "

@@ -10,7 +10,6 @@ so the second run reuses it and a changed setting rebuilds it.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 import json
@@ -24,7 +23,7 @@ from lightning.fabric import Fabric
 
 from webrl.data.datamodule import ReplayDataModule
 from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
-from webrl.data.trajectory import Trajectory, TrajectoryWriter, read_trajectories
+from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
 from webrl.loop_config import WebRLConfig
 from webrl.modules.orm import OutcomeRewardModule
 from webrl.modules.sft import SFTModule
@@ -76,23 +75,31 @@ def save_model_dir(fabric: Fabric, model: Any, tokenizer: Any, target: Path, inf
     return target
 
 
-def collect_demonstrations(env: WebEnvironment, out_path: Path, limit: int, concurrency: int) -> list[Trajectory]:
+def collect_demonstrations(
+    env: WebEnvironment, out_path: Path, limit: int, concurrency: int, tokenizer: Any = None
+) -> list[Trajectory]:
     """Reference-solver trajectories on the train split (or a seeded sample of `limit` tasks); the successes.
 
+    The solver runs through `env.run_episodes`, the driver of rollouts, standing in for the actor of
+    `tokenizer` (None: the completion form): each step records the prompt that actor sees in its
+    rollouts, with the same observation budget, limits and browser, and SFT trains on that record.
     Every episode is appended to `out_path` as it ends, so an interrupted collection resumes where it
-    stopped; a `.done` marker beside the file says it is complete. Tasks the solver fails (there
-    should be none) are reported and left out, not allowed to become demonstrations.
+    stopped; once all are in, each is labelled with its outcome and the file is rewritten in task order,
+    with a `.done` marker beside it. Tasks the solver fails (there should be none) are reported and
+    left out, not allowed to become demonstrations.
     """
     done_marker = out_path.with_name(out_path.name + ".done")
     if not done_marker.exists():
-        from webrl.env.sites.runner import run_policy
-        from webrl.env.sites.solver import ReferenceSolver
+        from webrl.inference.scripted import ScriptedEngine
 
         tasks = env.suite(env.config.env.train_split, limit, env.config.seed)
-        seen = {t.task.task_id for t in read_trajectories(out_path)} if out_path.exists() else set()
-        pending = [task for task in tasks if task.task_id not in seen]
-        with TrajectoryWriter(out_path, fsync=False) as writer:
-            asyncio.run(run_policy(pending, ReferenceSolver, env.backend, concurrency=concurrency, writer=writer))
+        solver = ScriptedEngine.for_embedded_sites(tokenizer)
+        trajectories, _ = env.run_episodes(
+            solver, tasks, out_path, phase=0, evaluation=True, seed=env.config.seed, concurrency=concurrency
+        )
+        for trajectory in trajectories:
+            _label_with_outcome(trajectory)
+        write_trajectories(out_path, trajectories)
         done_marker.touch()
     trajectories = read_trajectories(out_path)
     successes = [t for t in trajectories if (t.eval_reward or 0.0) >= 1.0]
@@ -107,6 +114,55 @@ def collect_demonstrations(env: WebEnvironment, out_path: Path, limit: int, conc
     if not successes:
         raise RuntimeError(f"{out_path}: no successful demonstration")
     return successes
+
+
+def _label_with_outcome(trajectory: Trajectory) -> None:
+    """The evaluator's score is the outcome, and WebRL copies the outcome onto every step."""
+    trajectory.outcome = trajectory.eval_reward or 0.0
+    for step in trajectory.steps:
+        step.reward = trajectory.outcome
+
+
+def demonstration_tokenizer(config: WebRLConfig) -> Any:
+    """The tokenizer of the actor that demonstrations stand in for; None for the tiny model.
+
+    It decides the prompt form demonstrations record (the chat form with a chat template), so SFT
+    trains on the prompts its actor sees in rollouts. The tiny model's tokenizer is trained on the
+    demonstrations themselves and has no chat template: they are recorded in the completion form.
+    """
+    if config.model.actor:
+        path = Path(config.model.actor)
+    elif config.model.base == "tiny":
+        return None
+    else:
+        path = base_model_dir(config, [])
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def demonstrations_path(config: WebRLConfig, tokenizer: Any) -> Path:
+    """The demonstrations' cache file, keyed by what their records depend on.
+
+    Besides the suite and the sample, that is how the driver records them: the prompt form (the chat
+    template, if any), the observation budget and the step limit.
+    """
+    recording = {
+        "chat_template": tokenizer.chat_template if uses_chat_template(tokenizer) else None,
+        "html_chars": config.env.html_chars,
+        "max_steps": config.env.max_steps,
+    }
+    key = cache_key(suite_fingerprint(config), config.env.train_split, config.sft.demo_tasks, config.seed, recording)
+    return Path(config.model.cache_dir) / f"demos-{key}.jsonl"
+
+
+def ensure_demonstrations(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tuple[Path, list[Trajectory]]:
+    """The cached demonstrations' file and successes (the reference solver runs on first use only)."""
+    tokenizer = demonstration_tokenizer(config)
+    path = demonstrations_path(config, tokenizer)
+    if fabric.is_global_zero:
+        fabric.print(f"[sft] demonstrations: {path} (the reference solver runs once, then it is cached)")
+    return path, collect_demonstrations(env, path, config.sft.demo_tasks, config.sft.demo_concurrency, tokenizer)
 
 
 def suite_fingerprint(config: WebRLConfig) -> str:
@@ -241,16 +297,12 @@ def train_orm(
 
 def ensure_sft(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tuple[Path, list[Trajectory]]:
     """The cached SFT actor (built on first use) and the demonstrations it was trained on."""
-    cache = Path(config.model.cache_dir)
-    demo_key = cache_key(suite_fingerprint(config), config.env.train_split, config.sft.demo_tasks, config.seed)
-    demos_path = cache / f"demos-{demo_key}.jsonl"
     if fabric.is_global_zero:
-        fabric.print(f"[sft] demonstrations: {demos_path} (the reference solver runs once, then it is cached)")
-        demos = collect_demonstrations(env, demos_path, config.sft.demo_tasks, config.sft.demo_concurrency)
+        demos_path, demos = ensure_demonstrations(config, fabric, env)
         base_model_dir(config, demos)
     fabric.barrier()
     if not fabric.is_global_zero:  # rank 0 built them above; the others read the finished file
-        demos = collect_demonstrations(env, demos_path, config.sft.demo_tasks, config.sft.demo_concurrency)
+        demos_path, demos = ensure_demonstrations(config, fabric, env)
     base = base_model_dir(config, demos)
     if config.model.actor:
         return Path(config.model.actor), demos

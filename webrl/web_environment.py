@@ -2,25 +2,31 @@
 
 `WebEnvironment` is what the phase loop talks to: it starts the embedded sites (or points at a
 user's WebArena deployment through `env.url_map`), loads the train and test suites, and runs
-episodes of an engine on a list of tasks. Rollouts append each finished trajectory to a JSONL
-file as it ends; a rerun after a crash reads that file back, skips the tasks already there and runs
-only the rest, so no trajectory is lost or duplicated.
+episodes of an engine on a list of tasks. `run_episodes` is the one episode driver: rollouts,
+evaluation, ORM data and the reference solver's demonstrations (a `ScriptedEngine`) all go through
+it, so they share the observation budget, the episode limits, the browser and the actor's prompt.
+It appends each finished trajectory to a JSONL file as it ends; a rerun after a crash reads that
+file back, skips the tasks already there and runs only the rest, so no trajectory is lost or
+duplicated.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from webrl.data.prompts import actor_prompt_for_step, uses_chat_template
 from webrl.data.trajectory import Task, Trajectory, read_trajectories
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.episode import EpisodeLimits
 from webrl.env.observation import ObservationConfig
 from webrl.env.tasks import load_tasks
 from webrl.inference.engine import InferenceEngine, SamplingParams
-from webrl.inference.rollout import RolloutResult, collect_rollouts
+from webrl.inference.rollout import PromptBuilder, RolloutResult, collect_rollouts
+from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import WebRLConfig
 
 
@@ -68,9 +74,10 @@ class WebEnvironment:
 
         return reinstantiate_for(self.config.env.train_split, task, rng, n, self.url_map)
 
-    def browser_config(self) -> BrowserConfig:
+    def browser_config(self, concurrency: int | None = None) -> BrowserConfig:
         return BrowserConfig(
-            executable_path=self.config.env.chromium or None, max_concurrency=self.config.rollout.concurrency
+            executable_path=self.config.env.chromium or None,
+            max_concurrency=concurrency or self.config.rollout.concurrency,
         )
 
     def limits(self) -> EpisodeLimits:
@@ -78,6 +85,13 @@ class WebEnvironment:
 
     def observation_config(self) -> ObservationConfig:
         return ObservationConfig(max_chars=self.config.env.html_chars)
+
+    @staticmethod
+    def actor_prompt_builder(engine: InferenceEngine) -> PromptBuilder:
+        """The actor's prompt: the chat form when `engine`'s tokenizer has a chat template, else the completion form."""
+        tokenizer = getattr(engine, "tokenizer", None)
+        chat = tokenizer if uses_chat_template(tokenizer) else None
+        return partial(actor_prompt_for_step, chat_template_tokenizer=chat)
 
     def sampling(self, *, evaluation: bool, seed: int) -> SamplingParams:
         rollout = self.config.rollout
@@ -97,15 +111,24 @@ class WebEnvironment:
         phase: int,
         evaluation: bool,
         seed: int,
-        prompt_builder: Any = None,
+        prompt_builder: PromptBuilder | None = None,
+        concurrency: int | None = None,
         progress: bool = True,
     ) -> tuple[list[Trajectory], dict[str, float]]:
-        """Run `tasks` not yet in `out_path`, appending each trajectory there; returns all of them, in task order."""
+        """Run `tasks` not yet in `out_path`, appending each trajectory there; returns all of them, in task order.
+
+        Each step's prompt is built once, here, and recorded: by `prompt_builder`, which defaults to
+        `actor_prompt_builder(engine)`. `concurrency` defaults to `rollout.concurrency`.
+        """
         done = {t.task.task_id: t for t in read_trajectories(out_path)} if out_path.exists() else {}
         pending = [task for task in tasks if task.task_id not in done]
         metrics: dict[str, float] = {}
         if pending:
-            collect = self._collect(engine, pending, out_path, phase, evaluation, seed, prompt_builder, progress)
+            builder = prompt_builder or self.actor_prompt_builder(engine)
+            if isinstance(engine, ScriptedEngine):
+                builder = engine.wrap(builder)
+            concurrency = concurrency or self.config.rollout.concurrency
+            collect = self._collect(engine, pending, out_path, phase, evaluation, seed, builder, concurrency, progress)
             result = asyncio.run(collect)
             metrics = result.metrics
             done.update({t.task.task_id: t for t in result.trajectories})
@@ -119,16 +142,17 @@ class WebEnvironment:
         phase: int,
         evaluation: bool,
         seed: int,
-        prompt_builder: Any,
+        prompt_builder: PromptBuilder,
+        concurrency: int,
         progress: bool,
     ) -> RolloutResult:
-        async with BrowserPool(self.browser_config()) as pool:
+        async with BrowserPool(self.browser_config(concurrency)) as pool:
             return await collect_rollouts(
                 engine,
                 tasks,
                 self.backend,
                 pool,
-                concurrency=self.config.rollout.concurrency,
+                concurrency=concurrency,
                 sampling=self.sampling(evaluation=evaluation, seed=seed),
                 prompt_builder=prompt_builder,
                 writer=out_path,

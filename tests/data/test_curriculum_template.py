@@ -14,7 +14,7 @@ import pytest
 
 from webrl.data.curriculum import Curriculum
 from webrl.data.curriculum_config import CurriculumConfig
-from webrl.data.prompts import build_actor_prompt
+from webrl.data.prompts import actor_prompt_for_step, build_actor_prompt
 from webrl.data.trajectory import Task, Trajectory
 from webrl.env.sites import load_suite, reinstantiate
 from webrl.inference.engine import Completion
@@ -101,8 +101,9 @@ def test_mixed_mode_pools_llm_and_template_candidates():
 def test_kept_template_tasks_are_solved_in_the_browser_after_a_real_critic_filter(tmp_path):
     from webrl.env.browser import BrowserConfig, BrowserPool
     from webrl.env.episode import EpisodeLimits
-    from webrl.env.sites import EmbeddedSites, ReferenceSolver
-    from webrl.env.sites.runner import run_policy
+    from webrl.env.sites import EmbeddedSites, scorecard
+    from webrl.inference.rollout import collect_rollouts
+    from webrl.inference.scripted import ScriptedEngine
     from webrl.modules.critic import CriticModule
     from webrl.modules.model_factory import build_tiny_model
 
@@ -137,9 +138,18 @@ def test_kept_template_tasks_are_solved_in_the_browser_after_a_real_critic_filte
                     assert re.search(r'id="\d+"', html), html[:200]
                     expected = float(critic.values([build_actor_prompt(task.intent, [], html)])[0])
                     assert task.extra["curriculum"]["critic_value"] == pytest.approx(expected, abs=1e-5)
-                limits = EpisodeLimits(action_timeout_s=30.0)
-                run = run_policy(result.tasks, ReferenceSolver, backend, pool=pool, concurrency=5, limits=limits)
-                assert loop.run_until_complete(run).failures == []
+                solver = ScriptedEngine.for_embedded_sites()
+                run = collect_rollouts(
+                    solver,
+                    result.tasks,
+                    backend,
+                    pool,
+                    concurrency=5,
+                    prompt_builder=solver.wrap(actor_prompt_for_step),
+                    limits=EpisodeLimits(action_timeout_s=30.0),
+                    progress=False,
+                )
+                assert scorecard.failures(loop.run_until_complete(run).trajectories) == []
             finally:
                 loop.run_until_complete(pool.close())
     finally:

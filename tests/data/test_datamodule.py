@@ -92,6 +92,13 @@ def test_history_longer_than_max_length_is_an_error_naming_the_step(tiny_tokeniz
         ActorCollator(tiny_tokenizer, max_length=60)([sample])
 
 
+def test_a_step_without_a_recorded_prompt_is_an_error_not_a_re_rendered_prompt(make_trajectory):
+    trajectory = make_trajectory("unrecorded", num_steps=3)
+    trajectory.steps[1].prompt = ""
+    with pytest.raises(ValueError, match=r"task unrecorded\): steps \[1\] have no recorded prompt"):
+        trajectory_to_samples(trajectory)
+
+
 def test_datamodule_without_a_trainer(tiny_tokenizer):
     trajectories = build_trajectories()
     replay = trajectory_to_samples(trajectories[3])

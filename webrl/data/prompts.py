@@ -1,9 +1,12 @@
 """Prompt builders shared by rollouts and training: one function per prompt, used on both sides.
 
 A step's training prompt must be byte-identical to the prompt the model saw when it acted, or
-the log-probabilities trained on are not those of the behaviour policy. So the rollout runner and
-the DataModule both call `build_actor_prompt` with the same arguments (intent, earlier raw
-responses, the current page HTML) and nothing else goes into a prompt.
+the log-probabilities trained on are not those of the behaviour policy. So the episode driver
+(`WebEnvironment.run_episodes`, for rollouts and demonstrations alike) builds each prompt once with
+`build_actor_prompt` and records it, and training reads the record. Where training has to build a
+prompt (the last step's next state, or a shorter page for a prompt over the token budget) it calls
+the same builder with the same arguments (intent, earlier raw responses, the current page HTML);
+nothing else goes into a prompt.
 
 Actor prompt (WebRL release, docs/method.md §4.2). Completion form, for models without a chat template
 (base models, and our tiny model, whose tokenizer has the Llama-3 markers as special tokens):

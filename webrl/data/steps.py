@@ -99,9 +99,17 @@ def trajectory_to_samples(
 ) -> list[StepSample]:
     """Step samples of one labelled trajectory (release convention: outcome on every step).
 
-    `prompt` is the recorded `Step.prompt` when there is one (what the model really saw), else it
-    is built from the trajectory with the given budget and template, as the rollout would have.
+    `prompt` (and `next_prompt`, but for the last step) is the recorded `Step.prompt`: the driver
+    records each prompt once, as the model saw it, and training never re-renders one, so a step
+    without a record is an error. The last step's next state has no record (the model never acted
+    on it): it is built with the given budget and template, as the driver would have.
     """
+    unrecorded = [step.index for step in trajectory.steps if not step.prompt]
+    if unrecorded:
+        raise ValueError(
+            f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}): steps {unrecorded} have no "
+            "recorded prompt; training reads the prompt the episode driver recorded"
+        )
     outcome = trajectory_outcome(trajectory)
     steps = trajectory.steps
     rewards = [outcome] * len(steps)
@@ -113,12 +121,12 @@ def trajectory_to_samples(
         history = responses[:i]
         last = i == len(steps) - 1
         next_html = step.observation if last else steps[i + 1].observation
-        prompt = step.prompt or build_actor_prompt(
-            intent, history, step.observation, max_chars=max_chars, chat_template_tokenizer=chat_template_tokenizer
-        )
-        recorded_next = "" if last else steps[i + 1].prompt
-        next_prompt = recorded_next or build_actor_prompt(
-            intent, responses[: i + 1], next_html, max_chars=max_chars, chat_template_tokenizer=chat_template_tokenizer
+        next_prompt = (
+            steps[i + 1].prompt
+            if not last
+            else build_actor_prompt(
+                intent, responses, next_html, max_chars=max_chars, chat_template_tokenizer=chat_template_tokenizer
+            )
         )
         samples.append(
             StepSample(
@@ -128,7 +136,7 @@ def trajectory_to_samples(
                 phase=trajectory.phase,
                 step_index=i,
                 num_steps=len(steps),
-                prompt=prompt,
+                prompt=step.prompt,
                 next_prompt=next_prompt,
                 action=step.response,
                 history=history,

@@ -1,20 +1,23 @@
-"""`ScriptedEngine`: a TEST DOUBLE of an inference engine that answers with a scripted policy.
+"""`ScriptedEngine`: an engine-like wrapper of a scripted policy, driven exactly as a model's engine is.
 
-It lets the rollout runner be tested and benchmarked without model time and with known outcomes:
-driven by the embedded sites' reference solver every episode must succeed; driven by the MiniWoB++
-scripted policy every supported task must. It is never used in the default path.
+It is how demonstrations are made (the embedded sites' reference solver, through
+`WebEnvironment.run_episodes`, the same driver as rollouts), and the test double that lets the
+rollout runner be tested and benchmarked without model time and with known outcomes: driven by the
+reference solver every embedded task must succeed; driven by the MiniWoB++ scripted policy every
+supported task must.
 
 A scripted policy needs the task and the page, which a prompt string does not carry in a usable
 form (MiniWoB's intent is only known once the page is open, and the prompt may be cut to a
-budget). So the double sees what the prompt was built from: `wrap(prompt_builder)` returns a
-builder that builds the same prompt and remembers its (task, earlier responses, page html);
-`generate` looks each prompt up there and asks the policy. The runner is used exactly as with a
-real engine.
+budget). So it sees what the prompt was built from: `wrap(prompt_builder)` returns a builder that
+builds the same prompt and remembers its (task, earlier responses, page html); `generate` looks
+each prompt up there and asks the policy. `run_episodes` wraps its builder for it; a direct caller
+of `collect_rollouts` passes `prompt_builder=engine.wrap(...)`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from webrl.data.trajectory import Step, Task
 from webrl.inference.engine import Completion, SamplingParams
@@ -25,15 +28,19 @@ Policy = Callable[[Task, list[str], str], str]
 
 
 class ScriptedEngine:
-    """TEST DOUBLE: an engine whose responses come from a scripted policy, not a model.
+    """An engine whose responses come from a scripted policy, not a model.
 
     Token ids are empty and log-probabilities absent, as from a server that does not return them.
     A policy error (e.g. the solver cannot find its element) becomes the response text
     `# policy error: ...`, which the episode records as a parse error, so a test sees it.
+    `tokenizer` is the tokenizer of the actor the policy stands in for: the driver builds the
+    actor's prompt form from it (the chat form when it has a chat template), so demonstrations
+    record the prompts that actor will see in its own rollouts.
     """
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, tokenizer: Any = None) -> None:
         self.policy = policy
+        self.tokenizer = tokenizer
         self.calls: list[int] = []
         self._contexts: dict[str, tuple[Task, list[str], str]] = {}
 
@@ -64,12 +71,17 @@ class ScriptedEngine:
         self._contexts.clear()
 
     @classmethod
-    def for_embedded_sites(cls) -> ScriptedEngine:
-        """Replays the embedded sites' reference solver (webrl.env.sites.solver)."""
+    def for_embedded_sites(cls, tokenizer: Any = None) -> ScriptedEngine:
+        """Replays the embedded sites' reference solver (webrl.env.sites.solver), for the actor of `tokenizer`."""
         from webrl.env.sites.solver import respond
         from webrl.env.sites.templates import plan_for
 
-        return cls(lambda task, history, html: respond(task, plan_for(task), history, html))
+        return cls(lambda task, history, html: respond(task, plan_for(task), history, html), tokenizer)
+
+    @classmethod
+    def exit_at_once(cls) -> ScriptedEngine:
+        """The do-nothing baseline: an empty exit on the first page (no evaluator may pass it)."""
+        return cls(lambda task, history, html: 'exit(message="")')
 
     @classmethod
     def for_miniwob(cls) -> ScriptedEngine:

@@ -1,12 +1,19 @@
-"""Task selections and test policies shared by the embedded-sites tests."""
+"""Task selections, test policies and the driver call shared by the embedded-sites tests."""
 
 from __future__ import annotations
 
-from webrl.data.trajectory import Task
-from webrl.env.sites import ReferenceSolver
-from webrl.env.sites.templates import template_of
+from webrl.data.prompts import actor_prompt_for_step
+from webrl.data.trajectory import Task, Trajectory
+from webrl.env.episode import EpisodeLimits
+from webrl.env.sites import respond
+from webrl.env.sites.templates import plan_for, template_of
 from webrl.env.sites.templates.base import base_view
 from webrl.env.tasks import load_tasks
+from webrl.inference.rollout import collect_rollouts
+from webrl.inference.scripted import ScriptedEngine
+
+# Generous per-action limits: the 2 cores are shared, and a slow step must not read as a failed task.
+LIMITS = EpisodeLimits(action_timeout_s=30.0)
 
 
 def one_per_template(tasks: list[Task]) -> list[Task]:
@@ -45,14 +52,32 @@ def sibling(task: Task, url_map: dict[str, str]) -> Task | None:
     return None
 
 
-class SiblingSolver:
-    """A test policy that solves another instantiation of the task's template: a wrong solution."""
+def sibling_solver(url_map: dict[str, str]) -> ScriptedEngine:
+    """A test policy that solves another instantiation of each task's template: a wrong solution."""
+    siblings: dict[str, Task] = {}
 
-    def __init__(self, task: Task, url_map: dict[str, str]) -> None:
-        other = sibling(task, url_map)
-        if other is None:
-            raise ValueError(f"task {task.task_id}: no sibling instantiation")
-        self.solver = ReferenceSolver(other)
+    def policy(task: Task, history: list[str], html: str) -> str:
+        if task.task_id not in siblings:
+            other = sibling(task, url_map)
+            if other is None:
+                raise ValueError(f"task {task.task_id}: no sibling instantiation")
+            siblings[task.task_id] = other
+        other = siblings[task.task_id]
+        return respond(other, plan_for(other), history, html)
 
-    def act(self, observation: str) -> str:
-        return self.solver.act(observation)
+    return ScriptedEngine(policy)
+
+
+async def run_engine(engine: ScriptedEngine, tasks: list[Task], backend, pool) -> list[Trajectory]:
+    """Episodes of `engine` on `tasks` through the rollout driver, completion-form prompts, generous limits."""
+    result = await collect_rollouts(
+        engine,
+        tasks,
+        backend,
+        pool,
+        concurrency=6,
+        prompt_builder=engine.wrap(actor_prompt_for_step),
+        limits=LIMITS,
+        progress=False,
+    )
+    return result.trajectories

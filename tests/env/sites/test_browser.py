@@ -13,38 +13,32 @@ import pytest
 
 from webrl.data.prompts import build_actor_prompt
 from webrl.data.trajectory import read_trajectories
-from webrl.env.episode import EpisodeLimits
-from webrl.env.sites import ReferenceSolver, load_suite, reinstantiate
+from webrl.env.sites import load_suite, reinstantiate
 from webrl.env.sites.__main__ import main
-from webrl.env.sites.runner import ExitAtOnce, run_policy
+from webrl.env.sites.scorecard import failures
+from webrl.inference.scripted import ScriptedEngine
 
-from .helpers import SiblingSolver, one_per_template, sibling
+from .helpers import one_per_template, run_engine, sibling, sibling_solver
 
 pytestmark = pytest.mark.timeout(600)
-# Generous per-action limits: the 2 cores are shared, and a slow step must not read as a failed task.
-LIMITS = EpisodeLimits(action_timeout_s=30.0)
-
-
-def _scores(result) -> dict[str, float | None]:
-    return {t.task.task_id: t.eval_reward for t in result.trajectories}
 
 
 def test_reference_solver_solves_one_task_per_template(run, pool, sites, backend):
     tasks = one_per_template(load_suite("test", sites.url_map))
-    result = run(run_policy(tasks, ReferenceSolver, backend, pool=pool, concurrency=6, limits=LIMITS))
-    assert result.failures == []
+    trajectories = run(run_engine(ScriptedEngine.for_embedded_sites(), tasks, backend, pool))
+    assert failures(trajectories) == []
     assert len(tasks) == len({t.intent_template_id for t in load_suite("test")})
-    trajectory = result.trajectories[0]
+    trajectory = trajectories[0]
     step = trajectory.steps[0]
     assert step.prompt.startswith(f"Task Instruction: {trajectory.task.intent}") and step.observation in step.prompt
-    assert step.action["name"] and step.url == trajectory.task.start_url and step.reward == 1.0
+    assert step.action["name"] and step.url == trajectory.task.start_url
     assert trajectory.status == "exit" and trajectory.metadata["blocked_requests"] == 0
 
 
 def test_exit_at_once_scores_zero_on_every_template(run, pool, sites, backend):
     tasks = one_per_template(load_suite("test", sites.url_map))
-    result = run(run_policy(tasks, ExitAtOnce, backend, pool=pool, concurrency=6, limits=LIMITS))
-    assert _scores(result) == {t.task_id: 0.0 for t in tasks}
+    trajectories = run(run_engine(ScriptedEngine.exit_at_once(), tasks, backend, pool))
+    assert {t.task.task_id: t.eval_reward for t in trajectories} == {t.task_id: 0.0 for t in tasks}
 
 
 def test_solving_another_instantiation_fails_the_evaluator(run, pool, sites, backend):
@@ -57,9 +51,8 @@ def test_solving_another_instantiation_fails_the_evaluator(run, pool, sites, bac
             covered |= kinds
     assert {site for site, _ in covered} == {"shopping", "shopping_admin", "reddit", "gitlab", "map"}
     assert {e for _, e in covered} == {"string_match", "url_match", "program_html"}
-    wrong = lambda t: SiblingSolver(t, sites.url_map)  # noqa: E731
-    result = run(run_policy(tasks, wrong, backend, pool=pool, concurrency=6, limits=LIMITS))
-    assert {t.task.task_id: (t.status, t.eval_reward) for t in result.trajectories} == {
+    trajectories = run(run_engine(sibling_solver(sites.url_map), tasks, backend, pool))
+    assert {t.task.task_id: (t.status, t.eval_reward) for t in trajectories} == {
         t.task_id: ("exit", 0.0) for t in tasks
     }
 
@@ -68,8 +61,7 @@ def test_reinstantiated_tasks_are_solved(run, pool, sites, backend):
     seeds = [t for t in one_per_template(load_suite("train", sites.url_map)) if t.intent_template_id % 100 == 5]
     tasks = [new for task in seeds for new in reinstantiate(task, random.Random(7), 2)]
     assert len(tasks) == 2 * len(seeds) == 10
-    result = run(run_policy(tasks, ReferenceSolver, backend, pool=pool, concurrency=6, limits=LIMITS))
-    assert result.failures == []
+    assert failures(run(run_engine(ScriptedEngine.for_embedded_sites(), tasks, backend, pool))) == []
 
 
 @pytest.mark.slow
@@ -77,8 +69,8 @@ def test_reinstantiated_tasks_are_solved(run, pool, sites, backend):
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_reference_solver_solves_every_task(run, pool, sites, backend, split):
     tasks = load_suite(split, sites.url_map)
-    result = run(run_policy(tasks, ReferenceSolver, backend, pool=pool, concurrency=6, limits=LIMITS))
-    assert result.failures == [] and result.successes == len(tasks)
+    trajectories = run(run_engine(ScriptedEngine.for_embedded_sites(), tasks, backend, pool))
+    assert failures(trajectories) == [] and len(trajectories) == len(tasks)
 
 
 @pytest.mark.slow
@@ -86,8 +78,8 @@ def test_reference_solver_solves_every_task(run, pool, sites, backend, split):
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_exit_at_once_scores_zero_on_every_task(run, pool, sites, backend, split):
     tasks = load_suite(split, sites.url_map)
-    result = run(run_policy(tasks, ExitAtOnce, backend, pool=pool, concurrency=6, limits=LIMITS))
-    assert all(t.status == "exit" and t.eval_reward == 0.0 for t in result.trajectories)
+    trajectories = run(run_engine(ScriptedEngine.exit_at_once(), tasks, backend, pool))
+    assert all(t.status == "exit" and t.eval_reward == 0.0 for t in trajectories)
 
 
 def test_demos_command_writes_sft_trajectories(tmp_path, capsys):
@@ -96,11 +88,11 @@ def test_demos_command_writes_sft_trajectories(tmp_path, capsys):
     trajectories = read_trajectories(tmp_path / "train.jsonl")
     assert len(trajectories) == 3
     for trajectory in trajectories:
-        assert trajectory.outcome == 1.0 and trajectory.status == "exit"
+        assert trajectory.eval_reward == 1.0 and trajectory.status == "exit"
         for i, step in enumerate(trajectory.steps):
             assert step.prompt == build_actor_prompt(
                 trajectory.task.intent, [s.response for s in trajectory.steps[:i]], step.observation
             )
-            assert step.reward == 1.0 and step.url.startswith("http://127.0.0.1:") and step.action is not None
-            assert set(step.timings) == {"act", "observe"}
+            assert step.url.startswith("http://127.0.0.1:") and step.action is not None and step.error is None
+            assert set(step.timings) == {"act", "observe", "engine"}
             assert step.response.startswith("# Element: ") or step.response.startswith("exit(message=")

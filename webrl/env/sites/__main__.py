@@ -4,24 +4,31 @@ python -m webrl.env.sites serve [--port 8000]          # serve the sites; prints
 python -m webrl.env.sites counts                        # per-site / per-template task counts
 python -m webrl.env.sites generate [--check]            # (re)write or verify the shipped suites
 python -m webrl.env.sites check --split test [--policy exit]   # run a policy in Chromium, print success
-python -m webrl.env.sites demos --split train --out runs/demos # reference-solver SFT demonstrations
+python -m webrl.env.sites demos --split train --out runs/demos # reference-solver trajectories as JSONL
+
+`check` and `demos` drive the policy through the rollout driver (`collect_rollouts`) with the
+library's default observation budget, episode limits and completion-form prompts; the SFT
+demonstrations of a run come from `webrl.supervised.collect_demonstrations`, which uses the run's.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import threading
 from pathlib import Path
 
-from webrl.data.trajectory import TrajectoryWriter
+from webrl.data.prompts import actor_prompt_for_step
 from webrl.env.sites.data import DEFAULT_SEED
 from webrl.env.sites.embedded import EmbeddedSites
-from webrl.env.sites.runner import POLICIES, run_policy
+from webrl.env.sites.scorecard import failures, summary
 from webrl.env.sites.server import SitesServer
 from webrl.env.sites.suite import SPLITS, SUITE_DIR, build_suites, load_suite, suite_counts, suite_text, write_suites
+from webrl.inference.rollout import collect_rollouts_sync
+from webrl.inference.scripted import ScriptedEngine
+
+POLICIES = {"reference": ScriptedEngine.for_embedded_sites, "exit": ScriptedEngine.exit_at_once}
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -74,19 +81,21 @@ def _select(args: argparse.Namespace, url_map: dict[str, str]):
 
 
 def _run(args: argparse.Namespace, out: Path | None) -> int:
+    engine = POLICIES[args.policy]()
     with EmbeddedSites() as sites:
-        tasks = _select(args, sites.url_map)
-        writer = TrajectoryWriter(out / f"{args.split}.jsonl", fsync=False) if out else None
-        try:
-            result = asyncio.run(
-                run_policy(tasks, POLICIES[args.policy], sites.backend(), concurrency=args.concurrency, writer=writer)
-            )
-        finally:
-            if writer is not None:
-                writer.close()
-    print(json.dumps(result.summary()))
-    if args.policy == "reference" and result.failures:
-        print("\n".join(result.failures[:50]), file=sys.stderr)
+        result = collect_rollouts_sync(
+            engine,
+            _select(args, sites.url_map),
+            sites.backend(),
+            concurrency=args.concurrency,
+            prompt_builder=engine.wrap(actor_prompt_for_step),
+            writer=out / f"{args.split}.jsonl" if out else None,
+            progress=False,
+        )
+    print(json.dumps(summary(result.trajectories, result.metrics["rollout/wall_s"])))
+    unsolved = failures(result.trajectories)
+    if args.policy == "reference" and unsolved:
+        print("\n".join(unsolved[:50]), file=sys.stderr)
         return 1
     return 0
 
