@@ -5,7 +5,7 @@ functions: every valid instantiation with its evaluator, computed from the seede
 (`instances`), and the reference plan that solves an instantiation (`plan`, moves of `moves.py`).
 Keeping intent, check and solution side by side means no template ships without the other two.
 
-Evaluators follow WebArena (method §6): string_match for questions, url_match for navigation,
+Evaluators follow WebArena (docs/method.md §9.2): string_match for questions, url_match for navigation,
 program_html for state changes, where the check page is read in the episode's own browser context
 (and therefore its own copy-on-write state). Every evaluator is chosen so that the start state
 fails it: an agent that exits at once scores 0.
