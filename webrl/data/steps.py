@@ -81,7 +81,11 @@ def trajectory_outcome(trajectory: Trajectory) -> float:
 
 
 def mc_returns(rewards: list[float], gamma: float) -> list[float]:
-    """Discounted returns G_t = r_t + gamma * G_{t+1}, computed backwards from the last step."""
+    """Discounted returns G_t = r_t + gamma * G_{t+1}, computed backwards from the last step.
+
+    [C] `add_mc_return`: with the release's reward broadcast (the outcome copied onto every step) a
+    success of T steps gets G_t = (1 - gamma^(T-t)) / (1 - gamma) >= 1 and a failure 0.
+    """
     returns = [0.0] * len(rewards)
     running = 0.0
     for t in range(len(rewards) - 1, -1, -1):

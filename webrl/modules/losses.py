@@ -23,20 +23,6 @@ _FORMS = ("paper", "release")
 OBJECTIVES = ("squared", "smooth_l1", "policy_gradient")
 
 
-def mc_returns(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Discounted reward-to-go G_t = Σ_{k≥t} γ^{k−t} r_k along the last dim of `rewards` (..., T).
-
-    [C] `add_mc_return`: with the release's reward broadcast (the outcome copied onto every
-    step) a success of T steps gets G_t = (1 − γ^{T−t}) / (1 − γ) ≥ 1 and a failure 0.
-    """
-    returns = torch.zeros_like(rewards)  # (..., T)
-    running = torch.zeros_like(rewards[..., 0])  # (...)
-    for t in range(rewards.shape[-1] - 1, -1, -1):
-        running = rewards[..., t] + gamma * running
-        returns[..., t] = running
-    return returns
-
-
 def paper_advantage(
     value: torch.Tensor,
     next_value: torch.Tensor,
