@@ -199,7 +199,7 @@ def train_sft(
     return metrics
 
 
-def orm_examples(trajectories: list[Trajectory], tokenizer: Any, seed: int) -> list[tuple[str, float]]:
+def orm_training_pairs(trajectories: list[Trajectory], tokenizer: Any, seed: int) -> list[tuple[str, float]]:
     """(ORM prompt, label) pairs, labels from the evaluators, classes balanced by subsampling the larger."""
     labelled = [t for t in trajectories if t.eval_reward is not None and t.steps]
     chat = tokenizer if uses_chat_template(tokenizer) else None
@@ -225,7 +225,7 @@ def train_orm(
 
     settings = config.orm.train
     module = OutcomeRewardModule(base, lr=settings.lr, max_length=config.model.max_length)
-    examples = orm_examples(trajectories, module.tokenizer, config.seed)
+    examples = orm_training_pairs(trajectories, module.tokenizer, config.seed)
     loader = DataLoader(
         examples,
         batch_size=settings.batch_size,
