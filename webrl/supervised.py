@@ -24,7 +24,7 @@ from lightning.fabric import Fabric
 
 from webrl.data.datamodule import ReplayDataModule
 from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
-from webrl.data.trajectory import Trajectory, TrajectoryWriter, read_trajectories
+from webrl.data.trajectory import Trajectory, TrajectoryWriter, is_success, read_trajectories
 from webrl.loop_config import WebRLConfig
 from webrl.modules.orm import OutcomeRewardModule
 from webrl.modules.sft import SFTModule
@@ -204,7 +204,8 @@ def orm_training_pairs(trajectories: list[Trajectory], tokenizer: Any, seed: int
     labelled = [t for t in trajectories if t.eval_reward is not None and t.steps]
     chat = tokenizer if uses_chat_template(tokenizer) else None
     pairs = [
-        (trajectory_orm_prompt(t, chat_template_tokenizer=chat), 1.0 if t.eval_reward >= 0.5 else 0.0) for t in labelled
+        (trajectory_orm_prompt(t, chat_template_tokenizer=chat), 1.0 if is_success(t.eval_reward) else 0.0)
+        for t in labelled
     ]
     positives = [p for p in pairs if p[1] == 1.0]
     negatives = [p for p in pairs if p[1] == 0.0]

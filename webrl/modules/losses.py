@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from webrl.data.trajectory import SUCCESS_THRESHOLD
+
 _FORMS = ("paper", "release")
 OBJECTIVES = ("squared", "smooth_l1", "policy_gradient")
 
@@ -249,7 +251,7 @@ def critic_loss(
     `logits`, `next_logits` (H, B, 2); `outcome` (B,). Returns the loss and the heads' mean
     accuracy on s (the release logs per-head accuracy on s).
     """
-    target = (outcome >= 0.5).long()  # (B,)
+    target = (outcome >= SUCCESS_THRESHOLD).long()  # (B,)
     loss = logits.new_zeros(())
     for head_logits in (*logits, *next_logits):  # each (B, 2)
         loss = loss + F.cross_entropy(head_logits.float(), target)
@@ -265,5 +267,5 @@ def yes_probability(last_logits: torch.Tensor, yes_id: int, no_id: int) -> torch
 
 def orm_loss(last_logits: torch.Tensor, label: torch.Tensor, yes_id: int, no_id: int) -> torch.Tensor:
     """ORM SFT [C: LLaMA-Factory SFT on "YES"/"NO"]: next-token CE over the whole vocabulary; (B, V), (B,)."""
-    target = torch.where(label >= 0.5, yes_id, no_id).long()  # (B,)
+    target = torch.where(label >= SUCCESS_THRESHOLD, yes_id, no_id).long()  # (B,)
     return F.cross_entropy(last_logits.float(), target)

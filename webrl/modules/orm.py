@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from webrl.data.trajectory import SUCCESS_THRESHOLD, is_success, orm_accepts
 from webrl.modules.base import WebRLModule
 from webrl.modules.critic import at_last_token
 from webrl.modules.lm import encode_prompt, load_model_and_tokenizer, pad_batch, position_ids_from_mask
 from webrl.modules.losses import orm_loss, yes_probability
 
-SUCCESS_THRESHOLD = 0.5
 ANSWER_WORD_CANDIDATES = (("YES", "NO"), ("Yes", "No"), (" YES", " NO"), (" Yes", " No"))
 """Answer pairs tried in order when none is given: the release's YES/NO first, then spellings that
 pretrained BPE vocabularies (SmolLM2's, Llama's) hold as single tokens."""
@@ -108,7 +108,7 @@ class OutcomeRewardModule(WebRLModule):
         label = batch["label"]  # (B,)
         loss = orm_loss(last_logits, label, self.yes_id, self.no_id)
         score = yes_probability(last_logits.detach(), self.yes_id, self.no_id)  # (B,)
-        accuracy = ((score >= SUCCESS_THRESHOLD) == (label >= 0.5)).float().mean()
+        accuracy = (orm_accepts(score, SUCCESS_THRESHOLD) == is_success(label)).float().mean()
         return loss, {"orm/loss": loss.detach(), "orm/acc": accuracy, "orm/score_mean": score.mean()}
 
     def score_prompts(self, prompts: Sequence[str], batch_size: int = 8) -> torch.Tensor:
