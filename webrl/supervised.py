@@ -225,7 +225,9 @@ def train_orm(
     from torch.utils.data import DataLoader
 
     settings = config.orm.train
-    module = OutcomeRewardModule(base, lr=settings.lr, max_length=config.model.max_length)
+    module = OutcomeRewardModule(
+        base, lr=settings.lr, max_length=config.model.max_length, threshold=config.reward.threshold
+    )
     examples = orm_training_pairs(trajectories, module.tokenizer, config.seed)
     loader = DataLoader(
         examples,
