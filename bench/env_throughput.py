@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from webrl.data.trajectory import is_full_score
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.chromium import find_chromium
 from webrl.env.episode import EpisodeLimits
@@ -71,7 +72,7 @@ async def run_webrl(tasks: list[str], concurrency: int, episodes: int, chromium:
                         response = policy.act(episode.task, observation.html, len(episode.trajectory.steps))
                         observation = (await episode.step(response)).observation
                     trajectory = episode.trajectory
-                    if (await episode.evaluate() or 0.0) >= 1.0:
+                    if is_full_score(await episode.evaluate() or 0.0):
                         successes += 1
                     else:
                         errors = [s.error for s in trajectory.steps if s.error]

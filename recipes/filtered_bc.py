@@ -20,6 +20,7 @@ from recipes.evaluate import evaluate_checkpoint
 from recipes.filtered_bc_config import FilteredBCRunConfig
 from recipes.webrl import keep_config, launch_fabric, recipe_config
 from webrl.baselines import phase_rollouts, top_scored
+from webrl.data.trajectory import is_success
 from webrl.report import format_comparison
 from webrl.run_state import RunState, write_json_atomic
 from webrl.supervised import ensure_sft, is_built, train_sft
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "kept_rollouts": float(len(kept)),
         "rollouts": float(len(rollouts)),
         "threshold": threshold,
-        "kept_success_rate": sum((t.eval_reward or 0.0) >= 0.5 for t in kept) / max(1, len(kept)),
+        "kept_success_rate": sum(is_success(t.eval_reward or 0.0) for t in kept) / max(1, len(kept)),
         **metrics,
         **{f"test/{k}": v for k, v in results.items()},
     }

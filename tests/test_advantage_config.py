@@ -18,6 +18,7 @@ from webrl.data.trajectory import Step, Task, Trajectory, write_trajectories
 from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
 from webrl.modules.losses import ActorLossConfig, AdvantageConfig
+from webrl.training import StageSettings
 
 CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 HALF_DISCOUNT = [1.75, 1.5, 1.0]
@@ -89,7 +90,7 @@ def test_actor_stage_builds_the_actor_with_the_configured_advantage(tmp_path, mo
 def test_current_steps_are_discounted_by_the_configured_gamma(tmp_path):
     loop = phase_loop(tmp_path, "actor.advantage.gamma=0.5")
     (loop.phase_dir(1) / "replay_samples.jsonl").write_text("")
-    data = loop._datamodule(1, None, 2, phase_stage="critic")
+    data = loop._datamodule(1, None, StageSettings(batch_size=2), phase_stage="critic")
     assert [sample.mc_return for sample in data.dataset.samples] == pytest.approx(HALF_DISCOUNT)
 
 

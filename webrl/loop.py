@@ -34,7 +34,7 @@ from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import ReplayBuffer, actor_scorer, filter_by_perplexity
 from webrl.data.steps import StepSample, read_samples, write_samples
 from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_trajectories
-from webrl.inference.engine import InferenceEngine, build_engine
+from webrl.inference.engine import InferenceEngine, ReloadableEngine, build_engine
 from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, success_by_site
@@ -339,24 +339,22 @@ class PhaseLoop:
         return sorted(out, key=lambda t: t.task.task_id)
 
     def _prompt_builder(self) -> Any:
-        tokenizer = getattr(self.engine, "tokenizer", None)
-        if tokenizer is None or not uses_chat_template(tokenizer):
+        if not isinstance(self.engine, ReloadableEngine) or not uses_chat_template(self.engine.tokenizer):
             return None
+        tokenizer = self.engine.tokenizer
         from webrl.data.prompts import actor_prompt_for_step
 
         return lambda task, steps, html: actor_prompt_for_step(task, steps, html, chat_template_tokenizer=tokenizer)
 
     def _sync_engine(self, actor_dir: Path) -> None:
         """Point the engine at `actor_dir` unless it already serves it (a reload costs seconds)."""
-        if Path(getattr(self.engine, "model_path", "")) == actor_dir:
-            return
-        reload = getattr(self.engine, "reload", None)
-        if reload is None:
+        if not isinstance(self.engine, ReloadableEngine):
             raise ValueError(
                 f"rollout.engine={self.config.rollout.engine} cannot load new actor weights: use hf or vllm for WebRL "
                 "rollouts (an OpenAI-compatible server fits model.generator or evaluation)"
             )
-        reload(actor_dir)
+        if Path(self.engine.model_path) != actor_dir:
+            self.engine.reload(actor_dir)
 
     def _load_actor_model(self, path: Path) -> tuple[Any, Any]:
         from webrl.modules.lm import load_model_and_tokenizer

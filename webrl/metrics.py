@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from webrl.data.trajectory import Trajectory
+from webrl.data.trajectory import Trajectory, is_success
 
 
 def success_by_site(trajectories: list[Trajectory], key: str = "eval_reward") -> dict[str, float]:
-    """`success_rate` overall and `success_rate/<site>`, reading the reward field `key` (>= 0.5 = success).
+    """`success_rate` overall and `success_rate/<site>`, reading the reward field `key` (`is_success`: >= 0.5).
 
     Trajectories whose `key` is None (no evaluator, no label) are left out of the rates and counted
     in `unlabelled`.
@@ -20,7 +20,7 @@ def success_by_site(trajectories: list[Trajectory], key: str = "eval_reward") ->
         if value is None:
             unlabelled += 1
             continue
-        hits[trajectory.task.site].append(1.0 if value >= 0.5 else 0.0)
+        hits[trajectory.task.site].append(1.0 if is_success(value) else 0.0)
     every = [hit for site_hits in hits.values() for hit in site_hits]
     out = {"success_rate": sum(every) / len(every) if every else 0.0, "episodes": float(len(every))}
     for site, site_hits in sorted(hits.items()):
@@ -33,7 +33,7 @@ def success_by_site(trajectories: list[Trajectory], key: str = "eval_reward") ->
 def agreement(trajectories: list[Trajectory]) -> dict[str, float]:
     """How often the ORM's verdict matches the programmatic evaluator, where a trajectory has both."""
     pairs = [
-        (t.orm_reward >= 0.5, t.eval_reward >= 0.5)
+        (is_success(t.orm_reward), is_success(t.eval_reward))
         for t in trajectories
         if t.orm_reward is not None and t.eval_reward is not None
     ]

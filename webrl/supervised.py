@@ -23,7 +23,7 @@ from lightning.fabric import Fabric
 
 from webrl.data.datamodule import ReplayDataModule
 from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
-from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
+from webrl.data.trajectory import Trajectory, is_full_score, is_success, read_trajectories, write_trajectories
 from webrl.loop_config import WebRLConfig
 from webrl.modules.orm import OutcomeRewardModule
 from webrl.modules.sft import SFTModule
@@ -102,7 +102,7 @@ def collect_demonstrations(
         write_trajectories(out_path, trajectories)
         done_marker.touch()
     trajectories = read_trajectories(out_path)
-    successes = [t for t in trajectories if (t.eval_reward or 0.0) >= 1.0]
+    successes = [t for t in trajectories if is_full_score(t.eval_reward or 0.0)]
     if len(successes) < len(trajectories):
         failed = sorted({t.task.task_id for t in trajectories} - {t.task.task_id for t in successes})
         log.warning(
@@ -255,12 +255,13 @@ def train_sft(
     return metrics
 
 
-def orm_examples(trajectories: list[Trajectory], tokenizer: Any, seed: int) -> list[tuple[str, float]]:
+def orm_training_pairs(trajectories: list[Trajectory], tokenizer: Any, seed: int) -> list[tuple[str, float]]:
     """(ORM prompt, label) pairs, labels from the evaluators, classes balanced by subsampling the larger."""
     labelled = [t for t in trajectories if t.eval_reward is not None and t.steps]
     chat = tokenizer if uses_chat_template(tokenizer) else None
     pairs = [
-        (trajectory_orm_prompt(t, chat_template_tokenizer=chat), 1.0 if t.eval_reward >= 0.5 else 0.0) for t in labelled
+        (trajectory_orm_prompt(t, chat_template_tokenizer=chat), 1.0 if is_success(t.eval_reward) else 0.0)
+        for t in labelled
     ]
     positives = [p for p in pairs if p[1] == 1.0]
     negatives = [p for p in pairs if p[1] == 0.0]
@@ -280,8 +281,10 @@ def train_orm(
     from torch.utils.data import DataLoader
 
     settings = config.orm.train
-    module = OutcomeRewardModule(base, lr=settings.lr, max_length=config.model.max_length)
-    examples = orm_examples(trajectories, module.tokenizer, config.seed)
+    module = OutcomeRewardModule(
+        base, lr=settings.lr, max_length=config.model.max_length, threshold=config.reward.threshold
+    )
+    examples = orm_training_pairs(trajectories, module.tokenizer, config.seed)
     loader = DataLoader(
         examples,
         batch_size=settings.batch_size,

@@ -37,7 +37,7 @@ def test_label_with_orm_thresholds_p_yes(make_trajectory):
         seen.extend(prompts)
         return [0.5, 0.49, 0.9]
 
-    label_with_orm(trajectories, score)
+    label_with_orm(trajectories, score, threshold=0.5)
     assert [(t.orm_score, t.orm_reward, t.outcome) for t in trajectories] == [
         (0.5, 1.0, 1.0),
         (0.49, 0.0, 0.0),

@@ -62,8 +62,10 @@ def test_corrupt_manifest_is_an_error_naming_it(tmp_path):
 
 
 def test_mc_returns_match_hand_computed_values():
+    # success of 3 steps, outcome on every step (the release's broadcast): 1 + .9 + .81, 1 + .9, 1
     assert mc_returns([1.0, 1.0, 1.0], 0.9) == pytest.approx([2.71, 1.9, 1.0])
     assert mc_returns([0.0, 0.0], 0.9) == [0.0, 0.0]
+    assert mc_returns([0.0, 0.0, 1.0], 0.9) == pytest.approx([0.81, 0.9, 1.0])  # sparse: outcome on the last step
 
 
 def test_samples_follow_release_conventions(make_trajectory):

@@ -1,6 +1,7 @@
 """Fixtures for the inference tests: one tiny Llama per session (built offline, head_dim 64 so that
 vLLM's CPU kernels accept it) and prompts in WebRL's completion form.
 
+`reload_from_disk` syncs an engine the way the phase loop does after training.
 `greedy_reference` is a hand-written greedy decoder: it runs the full sequence through the model
 at every step (no cache, no padding, one prompt at a time), so it shares none of the machinery that
 batching, left padding or KV caches could get wrong; every engine's greedy output is checked
@@ -10,8 +11,10 @@ modules themselves.
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,6 +22,9 @@ from transformers import AutoModelForCausalLM
 
 from webrl.data.prompts import build_actor_prompt
 from webrl.modules.lm import build_tiny_model
+
+ONE_PROCESS = SimpleNamespace(is_global_zero=True, barrier=lambda: None)
+"""The two Fabric members `save_model_dir` reads, for a single process."""
 
 PAGE = '<a id="1"> Home </a><input id="2" type="text" placeholder="Search" /><button id="3"> Search </button>'
 CORPUS = [
@@ -90,3 +96,21 @@ def _greedy_reference(model, tokenizer, prompt: str, max_tokens: int) -> tuple[l
 @pytest.fixture(scope="session")
 def greedy_reference():
     return _greedy_reference
+
+
+@pytest.fixture
+def reload_from_disk(tmp_path: Path):
+    """sync(engine, model, tokenizer): save the model with the loop's `save_model_dir`, then `engine.reload` it.
+
+    `webrl.supervised` is imported only here: it pulls in Lightning and the browser environment.
+    """
+    from webrl.supervised import save_model_dir
+
+    versions = itertools.count(1)
+
+    def sync(engine, model, tokenizer) -> Path:
+        target = save_model_dir(ONE_PROCESS, model, tokenizer, tmp_path / f"actor_v{next(versions)}", {})
+        engine.reload(target)
+        return target
+
+    return sync

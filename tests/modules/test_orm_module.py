@@ -82,3 +82,12 @@ def test_trainer_fit_overfits_a_labelled_set(tiny, trainer_factory):
     assert torch.equal((scores >= 0.5).float(), labels)  # 100% accuracy on the training set
     _, metrics = orm.compute_loss(OutcomeRewardModule.collate(tokenizer, LABELLED))
     assert metrics["orm/acc"].item() == 1.0
+
+
+def test_accuracy_counts_a_yes_at_the_configured_threshold(tiny):
+    model, tokenizer = tiny
+    batch = OutcomeRewardModule.collate(tokenizer, LABELLED[:3])  # labels 1, 0, 1
+    _, says_yes = OutcomeRewardModule(model, tokenizer, threshold=0.0).compute_loss(batch)
+    _, says_no = OutcomeRewardModule(model, tokenizer, threshold=1.0).compute_loss(batch)
+    assert says_yes["orm/acc"].item() == pytest.approx(2 / 3)
+    assert says_no["orm/acc"].item() == pytest.approx(1 / 3)

@@ -12,11 +12,12 @@ This is the release's `process_data.py` in one place, on this project's files:
 
 Settings come from `ProcessConfig` (`webrl.data.process_config`) like a recipe's: `--config FILE`,
 then key=value overrides; `python -m webrl.data process --help` lists every key. Stage 1 sets every
-trajectory's `outcome`: with `reward_source=orm` from the ORM's P(YES) >= 0.5 (also stored as
-`orm_score` / `orm_reward`), with `reward_source=evaluator` from the evaluator score >= 0.5. Stage 2
-writes a flat, seeded-shuffled JSONL of step samples: the replayed steps the filter kept plus every
-step of the current phase (successes and failures), which is what the critic and the actor train
-on. `devices=N` scores stage 2's experience on N processes (DDP); stage 1 then runs on rank 0 only.
+trajectory's `outcome`: with `reward_source=orm` from the ORM's P(YES) >= 0.5, the run's default
+`reward.threshold` (also stored as `orm_score` / `orm_reward`), with `reward_source=evaluator` from
+the evaluator score >= 0.5. Stage 2 writes a flat, seeded-shuffled JSONL of step samples: the
+replayed steps the filter kept plus every step of the current phase (successes and failures), which
+is what the critic and the actor train on. `devices=N` scores stage 2's experience on N processes
+(DDP); stage 1 then runs on rank 0 only.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
 from webrl.data.replay import actor_scorer, current_phase_samples, filter_by_perplexity
 from webrl.data.steps import write_samples
 from webrl.data.traces import import_trace_dir, orm_examples, sft_examples, write_sharegpt
-from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
+from webrl.data.trajectory import Trajectory, is_success, orm_accepts, read_trajectories, write_trajectories
 
 OrmScorer = Callable[[list[str]], list[float]]
 """score(orm_prompts) -> P(YES) of each prompt."""
@@ -52,24 +53,27 @@ def load_rollouts(path: str | Path) -> list[Trajectory]:
 
 
 def label_with_evaluator(trajectories: Sequence[Trajectory]) -> None:
-    """outcome = 1[eval_reward >= 0.5]; a trajectory without an evaluator score is an error."""
+    """outcome = 1[eval_reward >= 0.5] (`is_success`); a trajectory without an evaluator score is an error."""
     for trajectory in trajectories:
         if trajectory.eval_reward is None:
             raise ValueError(
                 f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no evaluator reward: "
                 "use reward_source=orm"
             )
-        trajectory.outcome = 1.0 if trajectory.eval_reward >= 0.5 else 0.0
+        trajectory.outcome = 1.0 if is_success(trajectory.eval_reward) else 0.0
 
 
 def label_with_orm(
     trajectories: Sequence[Trajectory],
     score: OrmScorer,
     *,
+    threshold: float,
     chat_template_tokenizer: Any = None,
-    threshold: float = 0.5,
 ) -> None:
-    """orm_score = P(YES), orm_reward = outcome = 1[P(YES) >= threshold] (release: `add_overall_reward`, 0.5).
+    """orm_score = P(YES), orm_reward = outcome = 1[`orm_accepts(P(YES), threshold)`] (release: `add_overall_reward`).
+
+    `threshold` is the run's `reward.threshold` (the release's 0.5 by default); it has no default here so
+    that no caller can silently use another value.
 
     A trajectory without a step (its episode failed before acting) gets 0 without asking the ORM.
     """
@@ -77,7 +81,7 @@ def label_with_orm(
     prompts = [trajectory_orm_prompt(t, chat_template_tokenizer=chat_template_tokenizer) for t in labelled]
     for trajectory, p_yes in zip(labelled, score(prompts) if prompts else [], strict=True):
         trajectory.orm_score = float(p_yes)
-        trajectory.orm_reward = 1.0 if p_yes >= threshold else 0.0
+        trajectory.orm_reward = 1.0 if orm_accepts(p_yes, threshold) else 0.0
         trajectory.outcome = trajectory.orm_reward
     for trajectory in trajectories:
         if not trajectory.steps:
@@ -110,15 +114,23 @@ def stage1(config: ProcessConfig) -> list[Trajectory]:
     else:
         answers = tuple(config.orm_answers) if config.orm_answers else None
         score, chat = orm_scorer(config.orm, batch_size=config.batch_size, answer_words=answers)
-        label_with_orm(trajectories, score, chat_template_tokenizer=chat)
+        label_with_orm(trajectories, score, threshold=_default_orm_threshold(), chat_template_tokenizer=chat)
     write_trajectories(config.output, trajectories)
-    successes = sum(1 for t in trajectories if t.outcome == 1.0)
+    successes = sum(1 for t in trajectories if t.succeeded)
     print(f"stage 1: {len(trajectories)} trajectories, {successes} successful -> {config.output}")
     if config.sft_out:
         print(f"sft data: {write_sharegpt(config.sft_out, sft_examples(trajectories))}")
     if config.orm_data_out:
         print(f"orm data: {write_sharegpt(config.orm_data_out, orm_examples(trajectories))}")
     return trajectories
+
+
+def _default_orm_threshold() -> float:
+    """The run's default `reward.threshold`, which this CLI has no key for; imported here because the
+    run's config pulls in Lightning, which stage 1 does not otherwise need."""
+    from webrl.loop_config import RewardConfig
+
+    return RewardConfig.threshold
 
 
 def stage2(config: ProcessConfig, fabric: Any = None) -> None:

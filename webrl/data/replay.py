@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from webrl.config_checks import positive, require, within
 from webrl.data.steps import StepSample, trajectory_to_samples
-from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
+from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, read_trajectories, write_trajectories
 from webrl.modules.losses import AdvantageConfig
 
 MANIFEST_VERSION = 1
@@ -51,8 +51,8 @@ class ReplayFilterConfig:
     """Keep a step whose probability equals `high`."""
     cap_ratio: float | None = 2.0
     """At most cap_ratio x (current phase's steps) replayed steps; null for no cap."""
-    success_threshold: float = 0.5
-    """A trajectory whose outcome is at least this is a success."""
+    success_threshold: float = SUCCESS_THRESHOLD
+    """A trajectory whose outcome is at least this is a success (`Trajectory.succeeded_at`)."""
     first_success_per_task: bool = True
     """Keep only the first successful trajectory of each intent string."""
     seed: int = 0
@@ -105,7 +105,7 @@ class ReplayBuffer:
         trajectories = list(trajectories)
         path = self.phase_path(phase)
         write_trajectories(path, trajectories)
-        successes = sum(1 for t in trajectories if _is_success(t, 0.5))
+        successes = sum(1 for t in trajectories if t.succeeded)
         self._manifest["phases"][str(phase)] = {
             "file": str(path.relative_to(self.root)),
             "trajectories": len(trajectories),
@@ -153,21 +153,14 @@ class ReplayBuffer:
         os.replace(tmp, self.manifest_path)
 
 
-def _is_success(trajectory: Trajectory, threshold: float) -> bool:
-    for value in (trajectory.outcome, trajectory.eval_reward, trajectory.orm_reward):
-        if value is not None:
-            return value >= threshold
-    return False
-
-
 def select_successes(
-    trajectories: Iterable[Trajectory], *, threshold: float = 0.5, first_per_task: bool = True
+    trajectories: Iterable[Trajectory], *, threshold: float = SUCCESS_THRESHOLD, first_per_task: bool = True
 ) -> list[Trajectory]:
     """Successful trajectories in input order; with `first_per_task`, only the first per intent string."""
     seen: set[str] = set()
     kept = []
     for trajectory in trajectories:
-        if not _is_success(trajectory, threshold):
+        if not trajectory.succeeded_at(threshold):
             continue
         if first_per_task:
             if trajectory.task.intent in seen:

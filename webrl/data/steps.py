@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from webrl.data.prompts import DEFAULT_MAX_CHARS, build_actor_prompt
-from webrl.data.trajectory import Trajectory, TrajectoryFileError, write_jsonl_atomic
+from webrl.data.trajectory import Trajectory, TrajectoryFileError, is_success, write_jsonl_atomic
 from webrl.modules.losses import AdvantageConfig
 
 
@@ -70,18 +70,22 @@ class StepSample:
 
 
 def trajectory_outcome(trajectory: Trajectory) -> float:
-    """The 0/1 outcome training uses: `outcome`, else the evaluator's reward, else the ORM's."""
-    for value in (trajectory.outcome, trajectory.eval_reward, trajectory.orm_reward):
-        if value is not None:
-            return 1.0 if value >= 0.5 else 0.0
-    raise ValueError(
-        f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no outcome, evaluator or ORM "
-        "reward: label it first (python -m webrl.data process stage=[1])"
-    )
+    """The 0/1 outcome training uses, from `Trajectory.success_label`; an unlabelled trajectory is an error."""
+    label = trajectory.success_label
+    if label is None:
+        raise ValueError(
+            f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no outcome, evaluator or ORM "
+            "reward: label it first (python -m webrl.data process stage=[1])"
+        )
+    return 1.0 if is_success(label) else 0.0
 
 
 def mc_returns(rewards: list[float], gamma: float) -> list[float]:
-    """Discounted returns G_t = r_t + gamma * G_{t+1}, computed backwards from the last step."""
+    """Discounted returns G_t = r_t + gamma * G_{t+1}, computed backwards from the last step.
+
+    [C] `add_mc_return`: with the release's reward broadcast (the outcome copied onto every step) a
+    success of T steps gets G_t = (1 - gamma^(T-t)) / (1 - gamma) >= 1 and a failure 0.
+    """
     returns = [0.0] * len(rewards)
     running = 0.0
     for t in range(len(rewards) - 1, -1, -1):

@@ -23,7 +23,7 @@ from typing import Any
 
 from webrl.data.prompts import DEFAULT_MAX_CHARS, ORM_SYSTEM_PROMPT, actor_prompt_for_step, orm_user_text
 from webrl.data.steps import trajectory_outcome
-from webrl.data.trajectory import Step, Task, Trajectory, TrajectoryFileError
+from webrl.data.trajectory import Step, Task, Trajectory, TrajectoryFileError, is_success
 from webrl.env.actions import ActionParseError, parse_action
 
 TRACE_FIELDS = ("index", "html", "response", "target")
@@ -138,7 +138,7 @@ def sft_examples(trajectories: Iterable[Trajectory], *, successful_only: bool = 
     """ShareGPT examples, one per step: human = the recorded actor prompt, gpt = the raw response."""
     examples = []
     for trajectory in trajectories:
-        if successful_only and trajectory_outcome(trajectory) < 1.0:
+        if successful_only and not is_success(trajectory_outcome(trajectory)):
             continue
         for step in trajectory.steps:
             conversation = [{"from": "human", "value": step.prompt}, {"from": "gpt", "value": step.response}]
@@ -154,7 +154,7 @@ def orm_examples(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
             continue
         responses = [step.response for step in trajectory.steps]
         user = orm_user_text(trajectory.task.intent, responses, trajectory.steps[-1].observation)
-        label = "YES" if trajectory_outcome(trajectory) >= 1.0 else "NO"
+        label = "YES" if is_success(trajectory_outcome(trajectory)) else "NO"
         conversation = [{"from": "human", "value": user}, {"from": "gpt", "value": label}]
         examples.append({"conversations": conversation, "system": ORM_SYSTEM_PROMPT})
     return examples

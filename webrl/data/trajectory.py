@@ -23,6 +23,31 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
+SUCCESS_THRESHOLD = 0.5
+"""A 0/1 label (training outcome, evaluator verdict, ORM verdict, a judge's verdict) at or above this is a success."""
+
+FULL_SCORE = 1.0
+"""A graded score (MiniWoB's raw reward) is a success only at this: partial credit is not a success."""
+
+
+def is_success(label: float, threshold: float = SUCCESS_THRESHOLD) -> bool:
+    """Whether a 0/1 label counts as a success; `threshold` is `replay.filter.success_threshold` where configured."""
+    return label >= threshold
+
+
+def is_full_score(score: float) -> bool:
+    """Whether a graded score earned full marks; 0.99 from MiniWoB is not a success."""
+    return score >= FULL_SCORE
+
+
+def orm_accepts(p_yes: float, threshold: float) -> bool:
+    """Whether the ORM's P(YES) says success: at or above `threshold`, the run's `reward.threshold`.
+
+    `threshold` has no default so that every caller passes the configured value.
+    """
+    return p_yes >= threshold
+
+
 # Fields of a WebArena task config that Task models explicitly; any other key is kept in `extra`
 # so that a config survives a load/save round trip unchanged.
 _TASK_FIELDS = (
@@ -148,12 +173,19 @@ class Trajectory:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def success_label(self) -> float | None:
+        """The label success is judged on: the training outcome, else the evaluator's reward, else the ORM's."""
+        return next((v for v in (self.outcome, self.eval_reward, self.orm_reward) if v is not None), None)
+
+    @property
     def succeeded(self) -> bool:
-        """Success under the training outcome, falling back to the evaluator, then the ORM."""
-        for value in (self.outcome, self.eval_reward, self.orm_reward):
-            if value is not None:
-                return value >= 0.5
-        return False
+        """`succeeded_at` the default threshold; an unlabelled trajectory has not succeeded."""
+        return self.succeeded_at(SUCCESS_THRESHOLD)
+
+    def succeeded_at(self, threshold: float) -> bool:
+        """Whether `success_label` reaches `threshold`; False when the trajectory has no label."""
+        label = self.success_label
+        return label is not None and is_success(label, threshold)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webrl.data.trajectory import Task
+from webrl.data.trajectory import Task, is_success
 
 # judge(intent, answer, reference) -> a score in [0, 1] or a bool, or an awaitable of one.
 Judge = Callable[[str, str, str], Any]
@@ -99,7 +99,7 @@ async def string_match(
                 score = 0.0
             else:
                 for ref in value:
-                    score *= float(await _ask_judge(judge, intent, answer, ref) >= 0.5)
+                    score *= float(is_success(await _ask_judge(judge, intent, answer, ref)))
         else:
             raise EvaluationError(f"unsupported reference type {approach!r}")
     return score, needs_judge

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from webrl.data.trajectory import Task
+from webrl.data.trajectory import Task, is_full_score
 from webrl.env.backend import origin_of
 from webrl.env.evaluators import EvalResult
 from webrl.env.static_server import StaticServer
@@ -112,7 +112,7 @@ class MiniWoBBackend:
     async def evaluate(self, page: Any, task: Task, answer: str | None) -> EvalResult:
         """1.0 only when the page's raw reward is >= 1; the raw and time-discounted rewards are kept."""
         state = await page.evaluate(_REWARD_JS)
-        success = float(bool(state["done"]) and state["raw"] >= 1.0)
+        success = float(bool(state["done"]) and is_full_score(state["raw"]))
         details = {"done": bool(state["done"]), "raw_reward": state["raw"], "reward": state["reward"]}
         return EvalResult(score=success, per_type={"miniwob": success}, details=details)
 

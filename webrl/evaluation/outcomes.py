@@ -11,19 +11,17 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from webrl.data.trajectory import Trajectory, read_trajectories
+from webrl.data.trajectory import Trajectory, is_success, read_trajectories
 from webrl.evaluation.breakdown import TaskOutcome
-
-SUCCESS_THRESHOLD = 0.5
 
 
 def task_outcomes(trajectories: list[Trajectory]) -> list[TaskOutcome]:
-    """Each trajectory's task and evaluator verdict (eval_reward >= 0.5), as `webrl.metrics` counts it.
+    """Each trajectory's task and evaluator verdict (`is_success(eval_reward)`), as `webrl.metrics` counts it.
 
     Trajectories without an evaluator reward are left out, as they are from the success rates.
     """
     return [
-        TaskOutcome(t.task.task_id, t.task.site, t.task.intent_template_id, t.eval_reward >= SUCCESS_THRESHOLD)
+        TaskOutcome(t.task.task_id, t.task.site, t.task.intent_template_id, is_success(t.eval_reward))
         for t in trajectories
         if t.eval_reward is not None
     ]

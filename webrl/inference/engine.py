@@ -16,6 +16,8 @@ Conventions shared by all backends, so that their outputs are interchangeable:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -66,12 +68,48 @@ class InferenceEngine(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class ReloadableEngine(InferenceEngine, Protocol):
+    """An engine that serves a local model directory and can load a newer one in place (hf, vllm).
+
+    The phase loop needs this to roll out each phase's freshly trained actor: it reloads only when
+    `model_path` is not already the actor's directory, and formats prompts with `tokenizer`'s chat
+    template when the model has one. A server (`OpenAIEngine`) is not reloadable: its weights are
+    whatever the server loaded.
+    """
+
+    tokenizer: Any
+    model_path: Path
+
+    def reload(self, model_path: str | Path) -> None: ...
+
+
 def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
     """Cut `text` at the earliest occurrence of any stop string; say whether one was found."""
     cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
     if cut < 0:
         return text, False
     return text[:cut], True
+
+
+@contextlib.contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """Run the block with `count` torch intra-op threads (None: unchanged), then restore the setting.
+
+    Both local engines decode under it. torch is imported here, not at the top, so that importing
+    the protocol stays free of torch.
+    """
+    if count is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def build_engine(kind: str, model_path: str | Path | None = None, **options: Any) -> InferenceEngine:

@@ -9,16 +9,15 @@ off, text cut before the first stop string, EOS kept in `token_ids` but not in `
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 
-from webrl.inference.engine import Completion, SamplingParams, truncate_at_stop
+from webrl.inference.engine import Completion, SamplingParams, torch_threads, truncate_at_stop
 
 log = logging.getLogger(__name__)
 
@@ -162,20 +161,6 @@ class HFEngine:
         if self.model is None:
             raise RuntimeError("HFEngine is closed")
         return self.model
-
-
-@contextlib.contextmanager
-def torch_threads(count: int | None) -> Iterator[None]:
-    """Run the block with `count` torch intra-op threads (None: unchanged), then restore the setting."""
-    if count is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 class _StopStrings(StoppingCriteria):

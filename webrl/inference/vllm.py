@@ -41,8 +41,7 @@ from typing import Any
 
 import torch
 
-from webrl.inference.engine import Completion, SamplingParams
-from webrl.inference.hf import torch_threads
+from webrl.inference.engine import Completion, SamplingParams, torch_threads
 
 log = logging.getLogger(__name__)
 

@@ -19,22 +19,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from webrl.data.trajectory import SUCCESS_THRESHOLD
+
 _FORMS = ("paper", "release")
 OBJECTIVES = ("squared", "smooth_l1", "policy_gradient")
-
-
-def mc_returns(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Discounted reward-to-go G_t = Σ_{k≥t} γ^{k−t} r_k along the last dim of `rewards` (..., T).
-
-    [C] `add_mc_return`: with the release's reward broadcast (the outcome copied onto every
-    step) a success of T steps gets G_t = (1 − γ^{T−t}) / (1 − γ) ≥ 1 and a failure 0.
-    """
-    returns = torch.zeros_like(rewards)  # (..., T)
-    running = torch.zeros_like(rewards[..., 0])  # (...)
-    for t in range(rewards.shape[-1] - 1, -1, -1):
-        running = rewards[..., t] + gamma * running
-        returns[..., t] = running
-    return returns
 
 
 def paper_advantage(
@@ -263,7 +251,7 @@ def critic_loss(
     `logits`, `next_logits` (H, B, 2); `outcome` (B,). Returns the loss and the heads' mean
     accuracy on s (the release logs per-head accuracy on s).
     """
-    target = (outcome >= 0.5).long()  # (B,)
+    target = (outcome >= SUCCESS_THRESHOLD).long()  # (B,)
     loss = logits.new_zeros(())
     for head_logits in (*logits, *next_logits):  # each (B, 2)
         loss = loss + F.cross_entropy(head_logits.float(), target)
@@ -279,5 +267,5 @@ def yes_probability(last_logits: torch.Tensor, yes_id: int, no_id: int) -> torch
 
 def orm_loss(last_logits: torch.Tensor, label: torch.Tensor, yes_id: int, no_id: int) -> torch.Tensor:
     """ORM SFT [C: LLaMA-Factory SFT on "YES"/"NO"]: next-token CE over the whole vocabulary; (B, V), (B,)."""
-    target = torch.where(label >= 0.5, yes_id, no_id).long()  # (B,)
+    target = torch.where(label >= SUCCESS_THRESHOLD, yes_id, no_id).long()  # (B,)
     return F.cross_entropy(last_logits.float(), target)

@@ -3,7 +3,8 @@
 The ORM reads a prompt holding the task intent, the agent's action history (one line per step)
 and the final page HTML, and answers YES (the task was accomplished) or NO [P App. B.3, C
 `build_rm_data`]. Its score is P(YES) from the next-token logits at the prompt's last position,
-normalised over the two answer tokens only: e^yes / (e^yes + e^no); reward 1 iff score ≥ 0.5.
+normalised over the two answer tokens only: e^yes / (e^yes + e^no); reward 1 iff score ≥ the run's
+`reward.threshold` (`webrl.data.trajectory.orm_accepts`).
 Training is plain SFT: next-token cross-entropy (whole vocabulary) of the answer token.
 
 The prompt text is built by `webrl.data.prompts.build_orm_prompt`; this module scores built
@@ -27,12 +28,12 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from webrl.data.trajectory import SUCCESS_THRESHOLD, is_success, orm_accepts
 from webrl.modules.base import WebRLModule
 from webrl.modules.critic import at_last_token
 from webrl.modules.lm import encode_prompt, load_model_and_tokenizer, pad_batch, position_ids_from_mask
 from webrl.modules.losses import orm_loss, yes_probability
 
-SUCCESS_THRESHOLD = 0.5
 ANSWER_WORD_CANDIDATES = (("YES", "NO"), ("Yes", "No"), (" YES", " NO"), (" Yes", " No"))
 """Answer pairs tried in order when none is given: the release's YES/NO first, then spellings that
 pretrained BPE vocabularies (SmolLM2's, Llama's) hold as single tokens."""
@@ -67,7 +68,10 @@ def single_token_id(tokenizer: PreTrainedTokenizerBase, word: str) -> int:
 
 
 class OutcomeRewardModule(WebRLModule):
-    """YES/NO verifier over a causal LM: `score_prompts` gives P(YES), `compute_loss` trains the answer token."""
+    """YES/NO verifier over a causal LM: `score_prompts` gives P(YES), `compute_loss` trains the answer token.
+
+    `threshold` is the run's `reward.threshold`; in training it only decides the logged `orm/acc`.
+    """
 
     namespace = "orm"
 
@@ -79,6 +83,7 @@ class OutcomeRewardModule(WebRLModule):
         weight_decay: float = 0.0,
         answer_words: tuple[str, str] | None = None,
         max_length: int | None = None,
+        threshold: float = SUCCESS_THRESHOLD,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
         if isinstance(model, (str, os.PathLike)):
@@ -88,6 +93,7 @@ class OutcomeRewardModule(WebRLModule):
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.threshold = threshold
         self.answer_words = answer_words or default_answer_words(tokenizer)
         self.yes_id = single_token_id(tokenizer, self.answer_words[0])
         self.no_id = single_token_id(tokenizer, self.answer_words[1])
@@ -108,7 +114,7 @@ class OutcomeRewardModule(WebRLModule):
         label = batch["label"]  # (B,)
         loss = orm_loss(last_logits, label, self.yes_id, self.no_id)
         score = yes_probability(last_logits.detach(), self.yes_id, self.no_id)  # (B,)
-        accuracy = ((score >= SUCCESS_THRESHOLD) == (label >= 0.5)).float().mean()
+        accuracy = (orm_accepts(score, self.threshold) == is_success(label)).float().mean()
         return loss, {"orm/loss": loss.detach(), "orm/acc": accuracy, "orm/score_mean": score.mean()}
 
     def score_prompts(self, prompts: Sequence[str], batch_size: int = 8) -> torch.Tensor:
