@@ -27,9 +27,8 @@ import torch
 import torch.distributed as dist
 
 from webrl.config_checks import positive, require, within
-from webrl.data.steps import StepSample, trajectory_to_samples
+from webrl.data.steps import DEFAULT_GAMMA, StepSample, trajectory_to_samples
 from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, read_trajectories, write_trajectories
-from webrl.modules.losses import AdvantageConfig
 
 MANIFEST_VERSION = 1
 
@@ -239,7 +238,7 @@ def filter_by_perplexity(
     *,
     current_steps: int,
     config: ReplayFilterConfig | None = None,
-    gamma: float = AdvantageConfig.gamma,
+    gamma: float = DEFAULT_GAMMA,
     batch_size: int = 8,
     fabric: Any = None,
     chat_template_tokenizer: Any = None,
@@ -273,7 +272,7 @@ def filter_by_perplexity(
 
 
 def current_phase_samples(
-    trajectories: Iterable[Trajectory], *, gamma: float = AdvantageConfig.gamma, chat_template_tokenizer: Any = None
+    trajectories: Iterable[Trajectory], *, gamma: float = DEFAULT_GAMMA, chat_template_tokenizer: Any = None
 ) -> list[StepSample]:
     """All steps of the current phase's labelled trajectories (successes and failures alike)."""
     samples = []
