@@ -28,9 +28,9 @@ from lightning.fabric import Fabric
 
 from webrl.curriculum.phase import generator_engine, needs_generator, phase_tasks, top_up
 from webrl.data.datamodule import ReplayDataModule
-from webrl.data.process import label_with_orm, orm_scorer
+from webrl.data.labels import label_with_orm
 from webrl.data.prompts import uses_chat_template
-from webrl.data.replay import ReplayBuffer, actor_scorer, filter_by_perplexity
+from webrl.data.replay import ReplayBuffer, filter_by_perplexity
 from webrl.data.steps import StepSample, read_samples, write_samples
 from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_trajectories
 from webrl.inference.engine import InferenceEngine, ReloadableEngine
@@ -39,6 +39,8 @@ from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, success_by_site
 from webrl.modules.actor import ActorModule
 from webrl.modules.critic import CriticModule
+from webrl.modules.lm import actor_scorer
+from webrl.modules.orm import orm_scorer
 from webrl.run_state import STAGES, RunState, seed_everything_for, stage_seed, write_json_atomic
 from webrl.supervised import save_model_dir
 from webrl.tracking import append_csv, log_trajectory_table

@@ -194,18 +194,6 @@ def score_samples(
     return _gather_interleaved(local, len(samples), world, fabric)
 
 
-def actor_scorer(model: Any, tokenizer: Any, *, batch_size: int = 8, max_length: int | None = None) -> Scorer:
-    """The real scorer: geometric-mean action-token probability under `model` (webrl.modules.lm)."""
-    # Imported here so that the buffer and the filter's logic load without transformers and peft.
-    from webrl.modules.lm import action_logprobs
-
-    def score(prompts: list[str], actions: list[str]) -> list[float]:
-        scores = action_logprobs(model, tokenizer, prompts, actions, batch_size=batch_size, max_length=max_length)
-        return scores.geo_mean_prob.tolist()
-
-    return score
-
-
 def _world(fabric: Any) -> tuple[int, int]:
     if fabric is not None:
         return fabric.world_size, fabric.global_rank

@@ -78,7 +78,7 @@ def trajectory_outcome(trajectory: Trajectory) -> float:
     if label is None:
         raise ValueError(
             f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no outcome, evaluator or ORM "
-            "reward: label it first (python -m webrl.data process stage=[1])"
+            "reward: label it first (python -m webrl.process stage=[1])"
         )
     return 1.0 if is_success(label) else 0.0
 

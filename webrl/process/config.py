@@ -1,4 +1,4 @@
-"""The typed config of `python -m webrl.data process`, loaded like a recipe's (YAML, then key=value overrides).
+"""The typed config of `python -m webrl.process`, loaded like a recipe's (YAML, then key=value overrides).
 
 Its settings that the WebRL run also has come from the same dataclasses, so they share defaults and
 docstrings: `filter.*` is the run's `replay.filter`, and `gamma` defaults to `actor.advantage.gamma`.
