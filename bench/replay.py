@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from webrl.data.prompts import actor_prompt_for_step
-from webrl.data.replay import ReplayBuffer, ReplayFilterConfig, actor_scorer, filter_by_perplexity
+from webrl.data.replay import ReplayBuffer, ReplayFilterConfig, filter_by_perplexity
 from webrl.data.trajectory import Step, Task, Trajectory
-from webrl.modules.lm import load_model_and_tokenizer
+from webrl.modules.lm import actor_scorer, load_model_and_tokenizer
 from webrl.modules.model_factory import build_tiny_model
 
 RESULTS = Path(__file__).parent / "results" / "replay.json"

@@ -26,20 +26,21 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
-from webrl.data.curriculum import Curriculum
-from webrl.data.curriculum_state import CurriculumState
+from webrl.curriculum.phase import generator_engine, needs_generator, phase_tasks, top_up
 from webrl.data.datamodule import ReplayDataModule
-from webrl.data.process import label_with_orm, orm_scorer
+from webrl.data.labels import label_with_orm
 from webrl.data.prompts import uses_chat_template
-from webrl.data.replay import ReplayBuffer, actor_scorer, filter_by_perplexity
+from webrl.data.replay import ReplayBuffer, filter_by_perplexity
 from webrl.data.steps import StepSample, read_samples, write_samples
 from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_trajectories
-from webrl.inference.engine import InferenceEngine, ReloadableEngine, build_engine
+from webrl.inference.engine import InferenceEngine, ReloadableEngine
 from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, success_by_site
 from webrl.modules.actor import ActorModule
 from webrl.modules.critic import CriticModule
+from webrl.modules.lm import actor_scorer
+from webrl.modules.orm import orm_scorer
 from webrl.run_state import STAGES, RunState, seed_everything_for, stage_seed, write_json_atomic
 from webrl.supervised import save_model_dir
 from webrl.tracking import append_csv, log_trajectory_table
@@ -135,51 +136,31 @@ class PhaseLoop:
         return {**metrics, "curriculum/tasks": float(len(self.tasks(phase)))}
 
     def _propose_tasks(self, phase: int) -> tuple[list[Task], dict[str, float]]:
-        previous = self.phase_dir(phase - 1)
-        state = CurriculumState.load(previous) if (previous / "curriculum_state.json").exists() else None
-        generator = (
-            self._generator() if self.config.curriculum.mode != "template" or self.config.curriculum.judge else None
-        )
-        curriculum = Curriculum(
-            self.config.curriculum,
-            generator_engine=generator,
-            generator_tokenizer=getattr(generator, "tokenizer", None),
+        curriculum = self.config.curriculum
+        generator = None
+        if needs_generator(curriculum):
+            generator = generator_engine(self.config.model.generator, self.config.model.cache_dir)
+        tasks, metrics = phase_tasks(
+            curriculum,
+            phase,
+            previous_dir=self.phase_dir(phase - 1),
+            phase_dir=self.phase_dir(phase),
+            first_tasks=self.tasks(0),
+            previous_labelled=self.labelled(phase - 1),
+            generator=generator,
             reinstantiate=self.env.reinstantiate,
             start_observation=self.env.start_observation,
-            state=state,
+            critic=self._critic_scorer(phase) if self.critic_path(phase - 1) is not None else None,
         )
-        if state is None:
-            curriculum.register_tasks(self.tasks(0))
-        critic = self._critic_scorer(phase) if self.critic_path(phase - 1) is not None else None
-        result = curriculum.propose(phase, self.labelled(phase - 1), critic=critic)
-        curriculum.state.save(self.phase_dir(phase))
-        tasks = self._top_up(phase, result.tasks)
-        return tasks, {**result.metrics, "curriculum/topped_up": float(len(tasks) - len(result.tasks))}
-
-    def _top_up(self, phase: int, tasks: list[Task]) -> list[Task]:
-        """Fill a phase the curriculum left short (few failures to grow from) with unused training tasks.
-
-        A phase with no tasks could not train; topping up from the training split keeps the phase
-        size constant, and `curriculum/topped_up` says how many tasks came from there.
-        """
-        missing = self.config.curriculum.tasks_per_phase - len(tasks)
-        if missing <= 0:
-            return tasks
-        used = {task.intent for earlier in range(phase) for task in self.tasks(earlier)} | {t.intent for t in tasks}
-        pool = [t for t in self.env.suite(self.config.env.train_split, 0, self.config.seed) if t.intent not in used]
-        extra = random.Random(stage_seed(self.config.seed, phase, "curriculum")).sample(pool, min(missing, len(pool)))
-        return tasks + extra
-
-    def _generator(self) -> InferenceEngine:
-        """The curriculum's task generator / judge engine, from `model.generator`."""
-        generator = self.config.model.generator
-        if generator.startswith(("http://", "https://")):
-            return build_engine("openai", None, base_url=generator, mode="chat")
-        if generator == "smollm2":
-            from webrl.modules.model_factory import convert_smollm2
-
-            return build_engine("hf", convert_smollm2(Path(self.config.model.cache_dir) / "smollm2-135m-instruct"))
-        return build_engine("hf", generator)
+        proposed = len(tasks)
+        tasks = top_up(
+            tasks,
+            wanted=curriculum.tasks_per_phase,
+            pool=self.env.suite(self.config.env.train_split, 0, self.config.seed),
+            used={task.intent for earlier in range(phase) for task in self.tasks(earlier)},
+            seed=stage_seed(self.config.seed, phase, "curriculum"),
+        )
+        return tasks, {**metrics, "curriculum/topped_up": float(len(tasks) - proposed)}
 
     def _load_critic(self, path: Path) -> CriticModule:
         """A critic on the SFT trunk with the weights a critic stage saved at `path`."""

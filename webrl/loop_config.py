@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from webrl.config_checks import at_least, invalid, one_of, require, within
-from webrl.data.curriculum_config import CurriculumConfig
+from webrl.curriculum.config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION

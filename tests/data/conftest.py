@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from dist_worker import build_trajectories
+from sample_records import build_trajectory
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from webrl.data.prompts import actor_prompt_for_step
-from webrl.data.trajectory import Step, Task, Trajectory
+from webrl.data.trajectory import Trajectory
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -60,36 +60,7 @@ def tiny_tokenizer(tiny_model_dir: Path):
     return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
-def _response(task_id: str, i: int, last: bool) -> str:
-    if last:
-        return f'# Note: done with {task_id}\nexit(message="answer {task_id}")'
-    return f'# Element: the button {i}\ndo(action="Click", element="{i}")'
-
-
 @pytest.fixture
 def make_trajectory() -> Callable[..., Trajectory]:
-    """Build a trajectory as a rollout runner would: each step's prompt from the builder, recorded."""
-
-    def build(
-        task_id: str = "t0",
-        intent: str | None = None,
-        num_steps: int = 3,
-        outcome: float | None = 1.0,
-        phase: int = 0,
-        html_size: int = 40,
-        max_chars: int = 16384 - 512,
-        tokenizer=None,
-        **labels,
-    ) -> Trajectory:
-        task = Task(task_id=task_id, intent=intent or f"Do thing {task_id}", sites=["shopping"], start_url="")
-        trajectory = Trajectory(task=task, outcome=outcome, phase=phase, status="exit", **labels)
-        for i in range(num_steps):
-            html = f"<page {task_id}/{i}>" + "x" * html_size + f"</page {i}>"
-            prompt = actor_prompt_for_step(
-                task, trajectory.steps, html, max_chars=max_chars, chat_template_tokenizer=tokenizer
-            )
-            response = _response(task_id, i, i == num_steps - 1)
-            trajectory.steps.append(Step(index=i, prompt=prompt, observation=html, response=response))
-        return trajectory
-
-    return build
+    """Build a trajectory as a rollout runner would (`sample_records.build_trajectory`)."""
+    return build_trajectory

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from webrl import loop as loop_module
 from webrl.config import load_config
-from webrl.data.process import label_with_orm
+from webrl.data.labels import label_with_orm
 from webrl.data.steps import trajectory_outcome
 from webrl.data.trajectory import is_full_score, is_success, orm_accepts, write_trajectories
 from webrl.env.miniwob import MiniWoBBackend

@@ -5,39 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from sample_records import PAGES, RESPONSES, write_result_dir
 
 from webrl.data.prompts import ORM_SYSTEM_PROMPT, build_actor_prompt
 from webrl.data.traces import import_trace_dir, orm_examples, sft_examples, write_sharegpt
 from webrl.data.trajectory import Task, TrajectoryFileError
-
-PAGES = ['<a id="1" data-bbox="1,2,3,4">Orders</a>', '<td id="5">Order #12: $30.00</td>']
-RESPONSES = ['# Element: the Orders link\ndo(action="Click", element="1")', '# Note: $30\nexit(message="$30.00")']
-
-
-def write_result_dir(root, tasks: dict[str, tuple[str, float, int]]) -> None:
-    """A result dir as the release's harness writes it: traces/<id>.jsonl and actions/<id>.json."""
-    (root / "traces").mkdir(parents=True)
-    (root / "actions").mkdir()
-    for task_id, (intent, score, num_steps) in tasks.items():
-        lines = []
-        for i in range(num_steps):
-            record = {
-                "trace_id": int(task_id),
-                "index": i,
-                "prompt": intent if i == 0 else "** Simplified html **",
-                "html": PAGES[i % 2],
-                "response": RESPONSES[1] if num_steps == 2 and i == 1 else RESPONSES[0],
-                "target": intent,
-            }
-            lines.append(json.dumps(record))
-        (root / "traces" / f"{task_id}.jsonl").write_text("\n".join(reversed(lines)) + "\n")
-        actions = {"task_id": int(task_id), "score": score, "actions": RESPONSES[:num_steps]}
-        (root / "actions" / f"{task_id}.json").write_text(json.dumps(actions))
+from webrl.env.actions import action_record
 
 
 def test_trace_dir_imports_into_trajectories(tmp_path):
     write_result_dir(tmp_path, {"10": ("How much was order 12?", 1.0, 2), "2": ("Open orders", 0.0, 3)})
-    trajectories = import_trace_dir(tmp_path)
+    trajectories = import_trace_dir(tmp_path, read_action=action_record)
     assert [t.task.task_id for t in trajectories] == ["2", "10"]  # numeric task order
     second, first = trajectories
     assert first.task.intent == "How much was order 12?"
@@ -60,26 +38,26 @@ def test_trace_dir_imports_into_trajectories(tmp_path):
 def test_known_task_configs_are_used(tmp_path):
     write_result_dir(tmp_path, {"3": ("Open orders", 1.0, 2)})
     task = Task(task_id="3", intent="Open orders", sites=["shopping_admin"], start_url="http://admin/")
-    (trajectory,) = import_trace_dir(tmp_path, configs={"3": task})
+    (trajectory,) = import_trace_dir(tmp_path, configs={"3": task}, read_action=action_record)
     assert trajectory.task.sites == ["shopping_admin"]
 
 
 def test_unfinished_tasks_are_skipped_with_a_warning(tmp_path):
     write_result_dir(tmp_path, {"1": ("a", -0.1, 2), "2": ("b", 1.0, 2)})
     with pytest.warns(UserWarning, match="skipped 1 unfinished tasks: 1"):
-        assert [t.task.task_id for t in import_trace_dir(tmp_path)] == ["2"]
+        assert [t.task.task_id for t in import_trace_dir(tmp_path, read_action=action_record)] == ["2"]
 
 
 def test_missing_pieces_are_errors_naming_them(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        import_trace_dir(tmp_path / "nope")
+        import_trace_dir(tmp_path / "nope", read_action=action_record)
     (tmp_path / "traces").mkdir()
     with pytest.raises(FileNotFoundError, match="actions/ is missing"):
-        import_trace_dir(tmp_path)
+        import_trace_dir(tmp_path, read_action=action_record)
     (tmp_path / "actions").mkdir()
     (tmp_path / "traces" / "4.jsonl").write_text("{}\n")
     with pytest.raises(FileNotFoundError, match=r"actions/4\.json is missing"):
-        import_trace_dir(tmp_path)
+        import_trace_dir(tmp_path, read_action=action_record)
 
 
 def test_bad_trace_line_names_file_and_line(tmp_path):
@@ -87,15 +65,15 @@ def test_bad_trace_line_names_file_and_line(tmp_path):
     path = tmp_path / "traces" / "5.jsonl"
     path.write_text(path.read_text() + '{"index": 2, "html": ""}\n')
     with pytest.raises(TrajectoryFileError, match=r"5\.jsonl:3: trace step is missing \['response', 'target'\]"):
-        import_trace_dir(tmp_path)
+        import_trace_dir(tmp_path, read_action=action_record)
     path.write_text("not json\n")
     with pytest.raises(TrajectoryFileError, match=r"5\.jsonl:1: not valid JSON"):
-        import_trace_dir(tmp_path)
+        import_trace_dir(tmp_path, read_action=action_record)
 
 
 def test_sharegpt_exports(tmp_path):
     write_result_dir(tmp_path / "run", {"1": ("Find the total", 1.0, 2), "2": ("Open orders", 0.0, 2)})
-    trajectories = import_trace_dir(tmp_path / "run")
+    trajectories = import_trace_dir(tmp_path / "run", read_action=action_record)
     sft = sft_examples(trajectories)
     assert len(sft) == 2  # the successful trajectory's two steps
     assert sft[1]["conversations"] == [

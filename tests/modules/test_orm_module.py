@@ -7,8 +7,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from webrl.data.prompts import build_orm_prompt
-from webrl.modules.lm import encode_prompt
-from webrl.modules.orm import OutcomeRewardModule, default_answer_words, single_token_id
+from webrl.modules.lm import encode_prompt, load_model_and_tokenizer
+from webrl.modules.orm import OutcomeRewardModule, default_answer_words, orm_scorer, single_token_id
 
 LABELLED = [
     (build_orm_prompt("buy the red shirt", ['do(action="Click", element="2")'], "<p>Order placed</p>"), 1.0),
@@ -59,6 +59,15 @@ def test_score_is_yes_over_yes_plus_no_at_the_last_token(tiny):
     with torch.no_grad():
         right = torch.softmax(orm(batch["input_ids"], batch["attention_mask"])[:, [orm.yes_id, orm.no_id]], -1)[:, 0]
     assert torch.allclose(right, scores, atol=1e-5)
+
+
+def test_orm_scorer_of_a_checkpoint_reads_p_yes_at_the_answer_position(tiny_dir):
+    score, chat = orm_scorer(tiny_dir, batch_size=2)
+    assert chat is None  # the tiny tokenizer has no chat template: prompts take the completion form
+    prompts = [prompt for prompt, _ in LABELLED[:3]]
+    model, tokenizer = load_model_and_tokenizer(tiny_dir)
+    orm = OutcomeRewardModule(model, tokenizer)
+    assert score(prompts) == pytest.approx(orm.score_prompts(prompts, batch_size=1).tolist(), abs=1e-5)
 
 
 def test_score_builds_the_prompt_from_parts(tiny):

@@ -31,9 +31,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSamp
 from webrl.data.collate import ActorCollator, CriticCollator
 from webrl.data.length_batches import LengthGroupedBatches
 from webrl.data.prompts import uses_chat_template
-from webrl.data.steps import StepSample, trajectory_to_samples
+from webrl.data.steps import DEFAULT_GAMMA, StepSample, trajectory_to_samples
 from webrl.data.trajectory import Trajectory
-from webrl.modules.losses import AdvantageConfig
 
 TARGETS = ("actor", "critic")
 
@@ -71,7 +70,7 @@ class ReplayDataModule(L.LightningDataModule):
         target: str = "actor",
         batch_size: int = 1,
         max_length: int = 16384,
-        gamma: float = AdvantageConfig.gamma,
+        gamma: float = DEFAULT_GAMMA,
         shuffle: bool = True,
         seed: int = 0,
         num_workers: int = 0,

@@ -27,9 +27,8 @@ import torch
 import torch.distributed as dist
 
 from webrl.config_checks import positive, require, within
-from webrl.data.steps import StepSample, trajectory_to_samples
+from webrl.data.steps import DEFAULT_GAMMA, StepSample, trajectory_to_samples
 from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, read_trajectories, write_trajectories
-from webrl.modules.losses import AdvantageConfig
 
 MANIFEST_VERSION = 1
 
@@ -195,18 +194,6 @@ def score_samples(
     return _gather_interleaved(local, len(samples), world, fabric)
 
 
-def actor_scorer(model: Any, tokenizer: Any, *, batch_size: int = 8, max_length: int | None = None) -> Scorer:
-    """The real scorer: geometric-mean action-token probability under `model` (webrl.modules.lm)."""
-    # Imported here so that the buffer and the filter's logic load without transformers and peft.
-    from webrl.modules.lm import action_logprobs
-
-    def score(prompts: list[str], actions: list[str]) -> list[float]:
-        scores = action_logprobs(model, tokenizer, prompts, actions, batch_size=batch_size, max_length=max_length)
-        return scores.geo_mean_prob.tolist()
-
-    return score
-
-
 def _world(fabric: Any) -> tuple[int, int]:
     if fabric is not None:
         return fabric.world_size, fabric.global_rank
@@ -239,7 +226,7 @@ def filter_by_perplexity(
     *,
     current_steps: int,
     config: ReplayFilterConfig | None = None,
-    gamma: float = AdvantageConfig.gamma,
+    gamma: float = DEFAULT_GAMMA,
     batch_size: int = 8,
     fabric: Any = None,
     chat_template_tokenizer: Any = None,
@@ -273,7 +260,7 @@ def filter_by_perplexity(
 
 
 def current_phase_samples(
-    trajectories: Iterable[Trajectory], *, gamma: float = AdvantageConfig.gamma, chat_template_tokenizer: Any = None
+    trajectories: Iterable[Trajectory], *, gamma: float = DEFAULT_GAMMA, chat_template_tokenizer: Any = None
 ) -> list[StepSample]:
     """All steps of the current phase's labelled trajectories (successes and failures alike)."""
     samples = []

@@ -22,7 +22,10 @@ from typing import Any
 
 from webrl.data.prompts import DEFAULT_MAX_CHARS, build_actor_prompt
 from webrl.data.trajectory import Trajectory, TrajectoryFileError, is_success, write_jsonl_atomic
-from webrl.modules.losses import AdvantageConfig
+
+DEFAULT_GAMMA = 0.9
+"""Discount γ of each step's mc_return and of the actor's advantage (`AdvantageConfig.gamma`): the one default of γ,
+kept here, at the bottom, so that the data pipeline needs nothing from the models to compute returns."""
 
 
 @dataclass
@@ -75,7 +78,7 @@ def trajectory_outcome(trajectory: Trajectory) -> float:
     if label is None:
         raise ValueError(
             f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no outcome, evaluator or ORM "
-            "reward: label it first (python -m webrl.data process stage=[1])"
+            "reward: label it first (python -m webrl.process stage=[1])"
         )
     return 1.0 if is_success(label) else 0.0
 
@@ -97,7 +100,7 @@ def mc_returns(rewards: list[float], gamma: float) -> list[float]:
 def trajectory_to_samples(
     trajectory: Trajectory,
     *,
-    gamma: float = AdvantageConfig.gamma,
+    gamma: float = DEFAULT_GAMMA,
     max_chars: int = DEFAULT_MAX_CHARS,
     chat_template_tokenizer: Any = None,
 ) -> list[StepSample]:

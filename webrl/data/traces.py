@@ -17,21 +17,24 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from webrl.data.prompts import DEFAULT_MAX_CHARS, ORM_SYSTEM_PROMPT, actor_prompt_for_step, orm_user_text
 from webrl.data.steps import trajectory_outcome
 from webrl.data.trajectory import Step, Task, Trajectory, TrajectoryFileError, is_success
-from webrl.env.actions import ActionParseError, parse_action
 
 TRACE_FIELDS = ("index", "html", "response", "target")
+
+ReadAction = Callable[[str], dict[str, Any]]
+"""read_action(response) -> the action a response names, as `Action.to_dict()`; ValueError when it names none."""
 
 
 def import_trace_dir(
     result_dir: str | os.PathLike,
     *,
+    read_action: ReadAction,
     configs: dict[str, Task] | None = None,
     phase: int = 0,
     max_chars: int = DEFAULT_MAX_CHARS,
@@ -42,7 +45,9 @@ def import_trace_dir(
     `configs` maps task ids to their Task (sites, start URL, evaluator) where known; otherwise a
     Task is made from the trace's intent. Tasks whose score is still negative (unfinished) are
     skipped with a warning. Step prompts are re-built with the project's builder, which produces
-    the release's completion-form prompt for the same intent, responses and page.
+    the release's completion-form prompt for the same intent, responses and page. `read_action` parses
+    each response (`webrl.env.actions.parse_action`); it is passed in because the action grammar belongs
+    to the environment, which this record layer does not import.
     """
     root = Path(result_dir)
     if not root.is_dir():
@@ -65,7 +70,15 @@ def import_trace_dir(
         if task is None:
             task = Task(task_id=task_id, intent=records[0]["target"], sites=[], start_url="")
         trajectories.append(
-            _to_trajectory(task, records, score, phase=phase, max_chars=max_chars, tokenizer=chat_template_tokenizer)
+            _to_trajectory(
+                task,
+                records,
+                score,
+                phase=phase,
+                max_chars=max_chars,
+                tokenizer=chat_template_tokenizer,
+                read_action=read_action,
+            )
         )
     if unfinished:
         warnings.warn(f"{root}: skipped {len(unfinished)} unfinished tasks: {', '.join(unfinished)}", stacklevel=2)
@@ -107,7 +120,14 @@ def _read_trace(path: Path) -> list[dict[str, Any]]:
 
 
 def _to_trajectory(
-    task: Task, records: list[dict[str, Any]], score: float, *, phase: int, max_chars: int, tokenizer: Any
+    task: Task,
+    records: list[dict[str, Any]],
+    score: float,
+    *,
+    phase: int,
+    max_chars: int,
+    tokenizer: Any,
+    read_action: ReadAction,
 ) -> Trajectory:
     trajectory = Trajectory(
         task=task,
@@ -122,8 +142,8 @@ def _to_trajectory(
         )
         step = Step(index=i, prompt=prompt, observation=record["html"], response=record["response"])
         try:
-            step.action = parse_action(record["response"]).to_dict()
-        except ActionParseError as err:
+            step.action = read_action(record["response"])
+        except ValueError as err:
             step.error = str(err)
         trajectory.steps.append(step)
     last = trajectory.steps[-1]

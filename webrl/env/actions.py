@@ -123,6 +123,14 @@ def _arguments(call: ast.Call) -> dict[str, str]:
     return values
 
 
+def action_record(text: str) -> dict[str, Any]:
+    """The action a response names, as a trajectory step records it (`Step.action`); ActionParseError if none.
+
+    This is the `read_action` that `webrl.data.traces.import_trace_dir` takes.
+    """
+    return parse_action(text).to_dict()
+
+
 def parse_action(text: str) -> Action:
     """Parse a model response into an Action; raise ActionParseError saying what is wrong.
 

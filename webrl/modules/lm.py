@@ -22,17 +22,20 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from webrl.data.replay import Scorer
 from webrl.modules.model_factory import build_tiny_model, convert_smollm2
 
 __all__ = [
     "ActionLogProbs",
     "LoraSettings",
     "action_logprobs",
+    "actor_scorer",
     "action_token_logprobs",
     "apply_lora",
     "build_tiny_model",
@@ -254,3 +257,13 @@ def action_logprobs(
     total, count = torch.cat(sums), torch.cat(counts)  # (N,), (N,)
     mean = total / count
     return ActionLogProbs(sum=total, count=count, mean=mean, geo_mean_prob=mean.exp())
+
+
+def actor_scorer(model: Any, tokenizer: Any, *, batch_size: int = 8, max_length: int | None = None) -> Scorer:
+    """The replay filter's scorer (`webrl.data.replay.Scorer`): geometric-mean action-token probability."""
+
+    def score(prompts: list[str], actions: list[str]) -> list[float]:
+        scores = action_logprobs(model, tokenizer, prompts, actions, batch_size=batch_size, max_length=max_length)
+        return scores.geo_mean_prob.tolist()
+
+    return score

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from webrl.data.steps import DEFAULT_GAMMA
 from webrl.data.trajectory import SUCCESS_THRESHOLD
 
 _FORMS = ("paper", "release")
@@ -74,8 +75,8 @@ class AdvantageConfig:
 
     form: str = "paper"
     """"paper": λ-mix of one-step TD and Monte-Carlo [P eq. 8]; "release": the released code's clamp + binarise."""
-    gamma: float = 0.9
-    """Discount γ of both forms and of each step's mc_return (data pipeline); every other default of γ points here."""
+    gamma: float = DEFAULT_GAMMA
+    """Discount γ of both forms and of each step's mc_return (data pipeline); defaults to `webrl.data.steps`'s."""
     lam: float = 0.5
     """λ weighting the one-step TD term against the Monte-Carlo term (paper form)."""
     margin: float = 0.05

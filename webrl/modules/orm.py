@@ -24,10 +24,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from webrl.data.labels import OrmScorer
+from webrl.data.prompts import build_orm_prompt, uses_chat_template
 from webrl.data.trajectory import SUCCESS_THRESHOLD, is_success, orm_accepts
 from webrl.modules.base import WebRLModule
 from webrl.modules.critic import at_last_token
@@ -144,8 +147,6 @@ class OutcomeRewardModule(WebRLModule):
         batch_size: int = 8,
     ) -> torch.Tensor:
         """P(YES) from raw parts, through `webrl.data.prompts.build_orm_prompt`; (N,)."""
-        from webrl.data.prompts import build_orm_prompt, uses_chat_template  # the data package owns the text
-
         if not len(intents) == len(histories) == len(final_htmls):
             raise ValueError(f"{len(intents)} intents, {len(histories)} histories, {len(final_htmls)} final pages")
         chat = self.tokenizer if uses_chat_template(self.tokenizer) else None
@@ -167,3 +168,20 @@ class OutcomeRewardModule(WebRLModule):
         input_ids, attention_mask = pad_batch(rows, tokenizer.pad_token_id, padding_side)
         label = torch.tensor([float(y) for _, y in examples], dtype=torch.float32)  # (B,)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "label": label}
+
+
+def orm_scorer(
+    path: str | Path,
+    *,
+    batch_size: int = 4,
+    answer_words: tuple[str, str] | None = None,
+    max_length: int | None = None,
+) -> tuple[OrmScorer, Any]:
+    """P(YES) scorer of an ORM checkpoint directory (`OutcomeRewardModule`), and the chat tokenizer its prompts
+    need (None when the ORM's tokenizer has no chat template: the completion form)."""
+    orm = OutcomeRewardModule(path, answer_words=answer_words, max_length=max_length)
+
+    def score(prompts: list[str]) -> list[float]:
+        return orm.score_prompts(prompts, batch_size=batch_size).tolist()
+
+    return score, orm.tokenizer if uses_chat_template(orm.tokenizer) else None

@@ -6,15 +6,11 @@ WebArena evaluators. The fast suite uses one task per template; the `slow` tests
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
 
-from webrl.data.prompts import build_actor_prompt
-from webrl.data.trajectory import read_trajectories
 from webrl.env.sites import load_suite, reinstantiate
-from webrl.env.sites.__main__ import main
 from webrl.env.sites.scorecard import failures
 from webrl.inference.scripted import ScriptedEngine
 
@@ -80,19 +76,3 @@ def test_exit_at_once_scores_zero_on_every_task(run, pool, sites, backend, split
     tasks = load_suite(split, sites.url_map)
     trajectories = run(run_engine(ScriptedEngine.exit_at_once(), tasks, backend, pool))
     assert all(t.status == "exit" and t.eval_reward == 0.0 for t in trajectories)
-
-
-def test_demos_command_writes_sft_trajectories(tmp_path, capsys):
-    assert main(["demos", "--split", "train", "--limit", "3", "--concurrency", "3", "--out", str(tmp_path)]) == 0
-    assert json.loads(capsys.readouterr().out)["successes"] == 3
-    trajectories = read_trajectories(tmp_path / "train.jsonl")
-    assert len(trajectories) == 3
-    for trajectory in trajectories:
-        assert trajectory.eval_reward == 1.0 and trajectory.status == "exit"
-        for i, step in enumerate(trajectory.steps):
-            assert step.prompt == build_actor_prompt(
-                trajectory.task.intent, [s.response for s in trajectory.steps[:i]], step.observation
-            )
-            assert step.url.startswith("http://127.0.0.1:") and step.action is not None and step.error is None
-            assert set(step.timings) == {"act", "observe", "engine"}
-            assert step.response.startswith("# Element: ") or step.response.startswith("exit(message=")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webrl.data.curriculum_filters import normalise_intent
+from webrl.curriculum.filters import normalise_intent
 from webrl.data.trajectory import Task
 
 STATE_FILE = "curriculum_state.json"

@@ -1,4 +1,4 @@
-"""`python -m webrl.data process`: typed config, stage 1 labelling, stage 2 filtering with a real tiny model, errors."""
+"""`python -m webrl.process`: typed config, stage 1 labelling, stage 2 filtering with a real tiny model, errors."""
 
 from __future__ import annotations
 
@@ -6,60 +6,25 @@ import subprocess
 import sys
 
 import pytest
-import torch
-from test_traces import write_result_dir
+from sample_records import write_result_dir
 
-from webrl.data.process import label_with_orm, main, orm_scorer
-from webrl.data.prompts import build_orm_prompt
 from webrl.data.steps import read_samples
 from webrl.data.trajectory import read_trajectories, write_trajectories
 from webrl.modules.lm import action_logprobs, load_model_and_tokenizer
+from webrl.process.cli import main
 
 
 def test_stage1_from_a_trace_dir_with_evaluator_rewards(tmp_path, capsys):
     write_result_dir(tmp_path / "run", {"1": ("a", 1.0, 2), "2": ("b", 0.0, 2), "3": ("c", 1.0, 2)})
     out = tmp_path / "phase1.jsonl"
     code = main(
-        ["process", "stage=[1]", f"rollouts={tmp_path / 'run'}", "reward_source=evaluator"]
+        ["stage=[1]", f"rollouts={tmp_path / 'run'}", "reward_source=evaluator"]
         + [f"output={out}", f"sft_out={tmp_path / 'sft.json'}"]
     )
     assert code == 0
     assert [t.outcome for t in read_trajectories(out)] == [1.0, 0.0, 1.0]
     assert "3 trajectories, 2 successful" in capsys.readouterr().out
     assert (tmp_path / "sft.json").is_file()
-
-
-def test_label_with_orm_thresholds_p_yes(make_trajectory):
-    trajectories = [make_trajectory(str(i), outcome=None) for i in range(3)]
-    seen = []
-
-    def score(prompts):
-        seen.extend(prompts)
-        return [0.5, 0.49, 0.9]
-
-    label_with_orm(trajectories, score, threshold=0.5)
-    assert [(t.orm_score, t.orm_reward, t.outcome) for t in trajectories] == [
-        (0.5, 1.0, 1.0),
-        (0.49, 0.0, 0.0),
-        (0.9, 1.0, 1.0),
-    ]
-    t = trajectories[0]
-    assert seen[0] == build_orm_prompt(t.task.intent, [s.response for s in t.steps], t.steps[-1].observation)
-
-
-def test_orm_scorer_reads_p_yes_from_the_answer_position(tiny_model_dir, make_trajectory):
-    score, chat = orm_scorer(tiny_model_dir, batch_size=2)
-    assert chat is None  # the tiny tokenizer has no chat template: prompts take the completion form
-    prompts = ["short prompt", "a much longer prompt " * 5]
-    batched = score(prompts)
-    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
-    yes, no = tokenizer.convert_tokens_to_ids(["YES", "NO"])
-    for prompt, got in zip(prompts, batched, strict=True):
-        ids = torch.tensor([tokenizer(prompt)["input_ids"]])
-        with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, -1]
-        expected = torch.softmax(logits[[yes, no]], dim=-1)[0].item()
-        assert got == pytest.approx(expected, abs=1e-5)
 
 
 def test_stage1_with_orm_then_stage2_with_the_actor(tmp_path, tiny_model_dir, make_trajectory):
@@ -71,7 +36,7 @@ def test_stage1_with_orm_then_stage2_with_the_actor(tmp_path, tiny_model_dir, ma
     write_trajectories(experience, history)
     out = tmp_path / "phase1.jsonl"
     code = main(
-        ["process", "stage=[1,2]", f"rollouts={rollouts}", f"orm={tiny_model_dir}"]
+        ["stage=[1,2]", f"rollouts={rollouts}", f"orm={tiny_model_dir}"]
         + [f"output={out}", f"actor={tiny_model_dir}", f"experience=[{experience}]"]
         + ["filter.low=0.0", "filter.high=1.0", "filter.cap_ratio=1.5", "gamma=0.5"]
     )
@@ -102,22 +67,22 @@ def test_stage1_with_orm_then_stage2_with_the_actor(tmp_path, tiny_model_dir, ma
     ],
 )
 def test_config_errors_are_one_line_naming_the_key(argv, message, capsys):
-    assert main(["process", *argv]) == 2
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
 
 
 def test_input_errors_are_one_line_naming_the_culprit(tmp_path, capsys):
     evaluator = "reward_source=evaluator"
-    code = main(["process", "stage=[1]", f"rollouts={tmp_path / 'missing'}", "output=o.jsonl", evaluator])
+    code = main(["stage=[1]", f"rollouts={tmp_path / 'missing'}", "output=o.jsonl", evaluator])
     assert code == 2
     assert f"error: rollouts not found: {tmp_path / 'missing'}" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"schema": 1}\n{oops\n{"schema": 1}\n')
-    code = main(["process", "stage=[1]", f"rollouts={bad}", f"output={tmp_path / 'o.jsonl'}", evaluator])
+    code = main(["stage=[1]", f"rollouts={bad}", f"output={tmp_path / 'o.jsonl'}", evaluator])
     assert code == 2
     assert "bad.jsonl:1: not a trajectory record" in capsys.readouterr().err
-    code = main(["process", "stage=[2]", f"output={tmp_path / 'none.jsonl'}", "actor=x"])
+    code = main(["stage=[2]", f"output={tmp_path / 'none.jsonl'}", "actor=x"])
     assert code == 2
     assert "none.jsonl, which does not exist: run stage 1" in capsys.readouterr().err
 
@@ -127,25 +92,24 @@ def test_settings_come_from_a_yaml_file_then_overrides(tmp_path, capsys):
     settings = tmp_path / "process.yaml"
     settings.write_text(f"stage: [1]\nrollouts: {tmp_path / 'run'}\nreward_source: evaluator\noutput: unused.jsonl\n")
     out = tmp_path / "phase1.jsonl"
-    assert main(["process", "--config", str(settings), f"output={out}"]) == 0
+    assert main(["--config", str(settings), f"output={out}"]) == 0
     assert [t.outcome for t in read_trajectories(out)] == [1.0, 0.0]
     assert f"2 trajectories, 1 successful -> {out}" in capsys.readouterr().out
 
 
 def test_help_lists_every_key_with_its_docstring(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["process", "--help"])
+        main(["--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
     assert "gamma = 0.9  -- Discount of each step's mc_return" in text
     assert "filter.cap_ratio = 2.0  -- At most cap_ratio" in text
     assert "reward_source = 'orm'  -- " in text
-    assert main(["--help"]) == 0 and "process [--config FILE] [key=value ...]" in capsys.readouterr().out
 
 
 def test_module_entry_point_runs(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "webrl.data", "process", "stage=[2]", f"output={tmp_path / 'o.jsonl'}"],
+        [sys.executable, "-m", "webrl.process", "stage=[2]", f"output={tmp_path / 'o.jsonl'}"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -159,11 +123,11 @@ def test_stage2_on_two_processes_matches_one(tmp_path, tiny_model_dir, make_traj
     write_trajectories(rollouts, [make_trajectory(f"c{i}", num_steps=2, outcome=None, eval_reward=1.0) for i in (0, 1)])
     experience = tmp_path / "phase0.jsonl"
     write_trajectories(experience, [make_trajectory(f"h{i}", num_steps=i + 1, outcome=1.0) for i in range(4)])
-    common = ["process", "stage=[1,2]", f"rollouts={rollouts}", "reward_source=evaluator"]
+    common = ["stage=[1,2]", f"rollouts={rollouts}", "reward_source=evaluator"]
     common += [f"actor={tiny_model_dir}", f"experience=[{experience}]", "filter.low=0", "filter.high=1"]
     assert main([*common, f"output={tmp_path / 'one.jsonl'}"]) == 0
     result = subprocess.run(
-        [sys.executable, "-m", "webrl.data", *common, f"output={tmp_path / 'two.jsonl'}", "devices=2"],
+        [sys.executable, "-m", "webrl.process", *common, f"output={tmp_path / 'two.jsonl'}", "devices=2"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webrl.data.curriculum_config import CurriculumConfig
+from webrl.curriculum.config import CurriculumConfig
 from webrl.data.prompts import uses_chat_template
 from webrl.inference.engine import InferenceEngine, SamplingParams
 

@@ -1,4 +1,4 @@
-"""The typed config of `python -m webrl.data process`, loaded like a recipe's (YAML, then key=value overrides).
+"""The typed config of `python -m webrl.process`, loaded like a recipe's (YAML, then key=value overrides).
 
 Its settings that the WebRL run also has come from the same dataclasses, so they share defaults and
 docstrings: `filter.*` is the run's `replay.filter`, and `gamma` defaults to `actor.advantage.gamma`.
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from webrl.config_checks import within
 from webrl.data.replay import ReplayFilterConfig
-from webrl.modules.losses import AdvantageConfig
+from webrl.data.steps import DEFAULT_GAMMA
 
 STAGES = (1, 2)
 LABEL_SOURCES = ("orm", "evaluator")
@@ -37,7 +37,7 @@ class ProcessConfig:
     """The current actor's directory (stage 2): it scores the replayed actions."""
     experience: list[str] = field(default_factory=list)
     """Earlier phases' stage-1 outputs or trace dirs: stage 2's replay candidates."""
-    gamma: float = AdvantageConfig.gamma
+    gamma: float = DEFAULT_GAMMA
     """Discount of each step's mc_return (the run's actor.advantage.gamma, whose default this is)."""
     filter: ReplayFilterConfig = field(default_factory=ReplayFilterConfig)
     """Stage 2's experience filter (the run's replay.filter); its seed also shuffles the output."""

@@ -20,8 +20,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from webrl.data.curriculum_config import CurriculumConfig
-from webrl.data.curriculum_generation import render_messages
+from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.generation import render_messages
 from webrl.data.trajectory import Task
 from webrl.inference.engine import InferenceEngine, SamplingParams
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webrl.data.curriculum_config import CurriculumConfig
-from webrl.data.curriculum_filters import (
+from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.filters import (
     FeasibilityJudge,
     group_by,
     normalise_intent,
@@ -37,8 +37,8 @@ from webrl.data.curriculum_filters import (
     pick_balanced,
     value_verdict,
 )
-from webrl.data.curriculum_generation import GenerationRequest, TaskGenerator
-from webrl.data.curriculum_state import CurriculumState, PhaseRecord
+from webrl.curriculum.generation import GenerationRequest, TaskGenerator
+from webrl.curriculum.state import CurriculumState, PhaseRecord
 from webrl.data.prompts import build_actor_prompt
 from webrl.data.trajectory import Task, Trajectory
 from webrl.inference.engine import InferenceEngine

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from webrl.data.curriculum_filters import group_by, normalise_intent, phase_rng, pick_balanced, value_verdict
+from webrl.curriculum.filters import group_by, normalise_intent, phase_rng, pick_balanced, value_verdict
 
 
 @pytest.mark.parametrize(

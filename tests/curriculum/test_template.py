@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from webrl.data.curriculum import Curriculum
-from webrl.data.curriculum_config import CurriculumConfig
+from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.curriculum import Curriculum
 from webrl.data.prompts import actor_prompt_for_step, build_actor_prompt
 from webrl.data.trajectory import Task, Trajectory
 from webrl.env.sites import load_suite, reinstantiate

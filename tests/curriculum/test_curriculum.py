@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from webrl.data.curriculum import Curriculum
-from webrl.data.curriculum_config import CurriculumConfig
-from webrl.data.curriculum_state import CurriculumState
+from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.curriculum import Curriculum
+from webrl.curriculum.state import CurriculumState
 from webrl.data.trajectory import Task, Trajectory
 from webrl.inference.engine import Completion, SamplingParams
 

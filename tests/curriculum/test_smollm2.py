@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from webrl.data.curriculum import Curriculum
-from webrl.data.curriculum_config import CurriculumConfig
-from webrl.data.curriculum_filters import normalise_intent
-from webrl.data.curriculum_generation import GenerationRequest, parse_task_list
+from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.curriculum import Curriculum
+from webrl.curriculum.filters import normalise_intent
+from webrl.curriculum.generation import GenerationRequest, parse_task_list
 from webrl.data.trajectory import Task, Trajectory
 
 pytest.importorskip("gguf", reason="converting the packaged SmolLM2 GGUF needs the gguf package")

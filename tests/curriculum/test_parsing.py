@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from webrl.data.curriculum_config import CurriculumConfig
-from webrl.data.curriculum_filters import judge_messages, parse_verdict
-from webrl.data.curriculum_generation import generation_messages, parse_task_list, render_messages
+from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.filters import judge_messages, parse_verdict
+from webrl.curriculum.generation import generation_messages, parse_task_list, render_messages
 
 
 def test_well_formed_reply_gives_one_task_per_backticked_span():

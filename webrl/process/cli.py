@@ -1,17 +1,17 @@
-"""`python -m webrl.data process`: label rollouts (stage 1) and build replay-filtered training steps (stage 2).
+"""`python -m webrl.process`: label rollouts (stage 1) and build replay-filtered training steps (stage 2).
 
 This is the release's `process_data.py` in one place, on this project's files:
 
     # stage 1: rollouts (a VisualAgentBench result dir or our JSONL) -> labelled trajectories
-    python -m webrl.data process stage=[1] rollouts=results/phase3 orm=runs/orm output=data/phase3.jsonl
-    python -m webrl.data process stage=[1] rollouts=rollouts.jsonl reward_source=evaluator output=data/p3.jsonl
+    python -m webrl.process stage=[1] rollouts=results/phase3 orm=runs/orm output=data/phase3.jsonl
+    python -m webrl.process stage=[1] rollouts=rollouts.jsonl reward_source=evaluator output=data/p3.jsonl
     # stage 2: earlier phases' successes through the actor-confidence filter + all current steps
-    python -m webrl.data process stage=[2] output=data/phase3.jsonl \\
+    python -m webrl.process stage=[2] output=data/phase3.jsonl \\
         experience=[data/phase1.jsonl,data/phase2.jsonl] actor=runs/actor_phase2   # writes data/phase3_filter.jsonl
-    python -m webrl.data process --config process.yaml stage=[1,2]                 # both, like the release
+    python -m webrl.process --config process.yaml stage=[1,2]                 # both, like the release
 
-Settings come from `ProcessConfig` (`webrl.data.process_config`) like a recipe's: `--config FILE`,
-then key=value overrides; `python -m webrl.data process --help` lists every key. Stage 1 sets every
+Settings come from `ProcessConfig` (`webrl.process.config`) like a recipe's: `--config FILE`,
+then key=value overrides; `python -m webrl.process --help` lists every key. Stage 1 sets every
 trajectory's `outcome`: with `reward_source=orm` from the ORM's P(YES) >= 0.5, the run's default
 `reward.threshold` (also stored as `orm_score` / `orm_reward`), with `reward_source=evaluator` from
 the evaluator score >= 0.5. Stage 2 writes a flat, seeded-shuffled JSONL of step samples: the
@@ -29,82 +29,24 @@ from pathlib import Path
 from typing import Any
 
 from webrl.config import ConfigError, load_config
-from webrl.data.process_config import ProcessConfig
-from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
-from webrl.data.replay import actor_scorer, current_phase_samples, filter_by_perplexity
+from webrl.data.labels import label_with_evaluator, label_with_orm
+from webrl.data.prompts import uses_chat_template
+from webrl.data.replay import current_phase_samples, filter_by_perplexity
 from webrl.data.steps import write_samples
 from webrl.data.traces import import_trace_dir, orm_examples, sft_examples, write_sharegpt
-from webrl.data.trajectory import Trajectory, is_success, orm_accepts, read_trajectories, write_trajectories
-
-OrmScorer = Callable[[list[str]], list[float]]
-"""score(orm_prompts) -> P(YES) of each prompt."""
-
-USAGE = "usage: python -m webrl.data process [--config FILE] [key=value ...]   (process --help lists every key)"
+from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
+from webrl.env.actions import action_record
+from webrl.process.config import ProcessConfig
 
 
 def load_rollouts(path: str | Path) -> list[Trajectory]:
     """Trajectories from a VisualAgentBench result dir (traces/ + actions/) or a trajectory JSONL file."""
     path = Path(path)
     if path.is_dir():
-        return import_trace_dir(path)
+        return import_trace_dir(path, read_action=action_record)
     if not path.is_file():
         raise FileNotFoundError(f"rollouts not found: {path} (expected a trace dir or a .jsonl file)")
     return read_trajectories(path)
-
-
-def label_with_evaluator(trajectories: Sequence[Trajectory]) -> None:
-    """outcome = 1[eval_reward >= 0.5] (`is_success`); a trajectory without an evaluator score is an error."""
-    for trajectory in trajectories:
-        if trajectory.eval_reward is None:
-            raise ValueError(
-                f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no evaluator reward: "
-                "use reward_source=orm"
-            )
-        trajectory.outcome = 1.0 if is_success(trajectory.eval_reward) else 0.0
-
-
-def label_with_orm(
-    trajectories: Sequence[Trajectory],
-    score: OrmScorer,
-    *,
-    threshold: float,
-    chat_template_tokenizer: Any = None,
-) -> None:
-    """orm_score = P(YES), orm_reward = outcome = 1[`orm_accepts(P(YES), threshold)`] (release: `add_overall_reward`).
-
-    `threshold` is the run's `reward.threshold` (the release's 0.5 by default); it has no default here so
-    that no caller can silently use another value.
-
-    A trajectory without a step (its episode failed before acting) gets 0 without asking the ORM.
-    """
-    labelled = [t for t in trajectories if t.steps]
-    prompts = [trajectory_orm_prompt(t, chat_template_tokenizer=chat_template_tokenizer) for t in labelled]
-    for trajectory, p_yes in zip(labelled, score(prompts) if prompts else [], strict=True):
-        trajectory.orm_score = float(p_yes)
-        trajectory.orm_reward = 1.0 if orm_accepts(p_yes, threshold) else 0.0
-        trajectory.outcome = trajectory.orm_reward
-    for trajectory in trajectories:
-        if not trajectory.steps:
-            trajectory.orm_score, trajectory.orm_reward, trajectory.outcome = 0.0, 0.0, 0.0
-
-
-def orm_scorer(
-    path: str | Path,
-    *,
-    batch_size: int = 4,
-    answer_words: tuple[str, str] | None = None,
-    max_length: int | None = None,
-) -> tuple[OrmScorer, Any]:
-    """P(YES) scorer of an ORM checkpoint directory (`OutcomeRewardModule`), and the chat tokenizer its prompts
-    need (None when the ORM's tokenizer has no chat template: the completion form)."""
-    from webrl.modules.orm import OutcomeRewardModule
-
-    orm = OutcomeRewardModule(path, answer_words=answer_words, max_length=max_length)
-
-    def score(prompts: list[str]) -> list[float]:
-        return orm.score_prompts(prompts, batch_size=batch_size).tolist()
-
-    return score, orm.tokenizer if uses_chat_template(orm.tokenizer) else None
 
 
 def stage1(config: ProcessConfig) -> list[Trajectory]:
@@ -112,6 +54,8 @@ def stage1(config: ProcessConfig) -> list[Trajectory]:
     if config.reward_source == "evaluator":
         label_with_evaluator(trajectories)
     else:
+        from webrl.modules.orm import orm_scorer
+
         answers = tuple(config.orm_answers) if config.orm_answers else None
         score, chat = orm_scorer(config.orm, batch_size=config.batch_size, answer_words=answers)
         label_with_orm(trajectories, score, threshold=_default_orm_threshold(), chat_template_tokenizer=chat)
@@ -141,7 +85,7 @@ def stage2(config: ProcessConfig, fabric: Any = None) -> None:
         )
     current = read_trajectories(output)
     experience = [t for path in config.experience for t in load_rollouts(path)]
-    from webrl.modules.lm import load_model_and_tokenizer
+    from webrl.modules.lm import actor_scorer, load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(config.actor)
     if fabric is not None:
@@ -190,12 +134,8 @@ def _report(stage: Callable[..., Any], *args: Any) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; a bad setting or bad input (missing path, malformed file) prints one error line and returns 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] != ["process"]:
-        asked = argv[:1] in (["--help"], ["-h"])
-        print(USAGE, file=sys.stdout if asked else sys.stderr)
-        return 0 if asked else 2
     try:
-        config = load_config(ProcessConfig, argv[1:])
+        config = load_config(ProcessConfig, argv)
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

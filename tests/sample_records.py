@@ -1,0 +1,63 @@
+"""Records built by hand for the tests of several packages: trajectories as a rollout runner writes them, and
+VisualAgentBench result dirs as the release's harness writes them."""
+
+from __future__ import annotations
+
+import json
+
+from webrl.data.prompts import actor_prompt_for_step
+from webrl.data.trajectory import Step, Task, Trajectory
+
+PAGES = ['<a id="1" data-bbox="1,2,3,4">Orders</a>', '<td id="5">Order #12: $30.00</td>']
+RESPONSES = ['# Element: the Orders link\ndo(action="Click", element="1")', '# Note: $30\nexit(message="$30.00")']
+
+
+def write_result_dir(root, tasks: dict[str, tuple[str, float, int]]) -> None:
+    """A result dir as the release's harness writes it: traces/<id>.jsonl and actions/<id>.json."""
+    (root / "traces").mkdir(parents=True)
+    (root / "actions").mkdir()
+    for task_id, (intent, score, num_steps) in tasks.items():
+        lines = []
+        for i in range(num_steps):
+            record = {
+                "trace_id": int(task_id),
+                "index": i,
+                "prompt": intent if i == 0 else "** Simplified html **",
+                "html": PAGES[i % 2],
+                "response": RESPONSES[1] if num_steps == 2 and i == 1 else RESPONSES[0],
+                "target": intent,
+            }
+            lines.append(json.dumps(record))
+        (root / "traces" / f"{task_id}.jsonl").write_text("\n".join(reversed(lines)) + "\n")
+        actions = {"task_id": int(task_id), "score": score, "actions": RESPONSES[:num_steps]}
+        (root / "actions" / f"{task_id}.json").write_text(json.dumps(actions))
+
+
+def _response(task_id: str, i: int, last: bool) -> str:
+    if last:
+        return f'# Note: done with {task_id}\nexit(message="answer {task_id}")'
+    return f'# Element: the button {i}\ndo(action="Click", element="{i}")'
+
+
+def build_trajectory(
+    task_id: str = "t0",
+    intent: str | None = None,
+    num_steps: int = 3,
+    outcome: float | None = 1.0,
+    phase: int = 0,
+    html_size: int = 40,
+    max_chars: int = 16384 - 512,
+    tokenizer=None,
+    **labels,
+) -> Trajectory:
+    """A trajectory built as a rollout runner would: each step's prompt from the builder, recorded."""
+    task = Task(task_id=task_id, intent=intent or f"Do thing {task_id}", sites=["shopping"], start_url="")
+    trajectory = Trajectory(task=task, outcome=outcome, phase=phase, status="exit", **labels)
+    for i in range(num_steps):
+        html = f"<page {task_id}/{i}>" + "x" * html_size + f"</page {i}>"
+        prompt = actor_prompt_for_step(
+            task, trajectory.steps, html, max_chars=max_chars, chat_template_tokenizer=tokenizer
+        )
+        response = _response(task_id, i, i == num_steps - 1)
+        trajectory.steps.append(Step(index=i, prompt=prompt, observation=html, response=response))
+    return trajectory

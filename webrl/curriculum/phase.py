@@ -1,0 +1,82 @@
+"""One phase's curriculum step as the loop runs it: load the state, propose, save, top up.
+
+Kept out of `PhaseLoop` so that the loop only says where things live; everything here takes the
+pieces it needs (directories, task lists, callables), not the loop or the run's config.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.curriculum import Critic, Curriculum, Reinstantiate
+from webrl.curriculum.state import STATE_FILE, CurriculumState
+from webrl.data.trajectory import Task, Trajectory
+from webrl.inference.engine import InferenceEngine, build_engine
+
+
+def needs_generator(config: CurriculumConfig) -> bool:
+    """Whether the phase needs a generator engine: to write tasks (llm/mixed) or to judge them."""
+    return config.mode != "template" or config.judge
+
+
+def generator_engine(generator: str, cache_dir: str | Path) -> InferenceEngine:
+    """The curriculum's task generator / judge engine, from `model.generator`: an OpenAI-compatible URL,
+    "smollm2" (converted once into `cache_dir`), or a Hugging Face model path or name."""
+    if generator.startswith(("http://", "https://")):
+        return build_engine("openai", None, base_url=generator, mode="chat")
+    if generator == "smollm2":
+        from webrl.modules.model_factory import convert_smollm2
+
+        return build_engine("hf", convert_smollm2(Path(cache_dir) / "smollm2-135m-instruct"))
+    return build_engine("hf", generator)
+
+
+def top_up(tasks: list[Task], *, wanted: int, pool: Sequence[Task], used: set[str], seed: int) -> list[Task]:
+    """Fill a phase the curriculum left short (few failures to grow from) with unused tasks of `pool`.
+
+    A phase with no tasks could not train; topping up from the training split keeps the phase size
+    at `wanted`. `used` holds the intents of earlier phases; the tasks' own intents are added here.
+    """
+    missing = wanted - len(tasks)
+    if missing <= 0:
+        return tasks
+    taken = used | {task.intent for task in tasks}
+    fresh = [task for task in pool if task.intent not in taken]
+    return tasks + random.Random(seed).sample(fresh, min(missing, len(fresh)))
+
+
+def phase_tasks(
+    config: CurriculumConfig,
+    phase: int,
+    *,
+    previous_dir: Path,
+    phase_dir: Path,
+    first_tasks: Sequence[Task],
+    previous_labelled: Sequence[Trajectory],
+    generator: InferenceEngine | None,
+    reinstantiate: Reinstantiate | None,
+    start_observation: Callable[[Task], str] | None,
+    critic: Critic | None,
+) -> tuple[list[Task], dict[str, float]]:
+    """Phase `phase`'s proposed tasks and metrics; saves the curriculum state into `phase_dir`.
+
+    The state comes from `previous_dir`; without one (the first curriculum phase) the seen set starts
+    from `first_tasks`, the training tasks of phase 0.
+    """
+    state = CurriculumState.load(previous_dir) if (previous_dir / STATE_FILE).exists() else None
+    curriculum = Curriculum(
+        config,
+        generator_engine=generator,
+        generator_tokenizer=getattr(generator, "tokenizer", None),
+        reinstantiate=reinstantiate,
+        start_observation=start_observation,
+        state=state,
+    )
+    if state is None:
+        curriculum.register_tasks(first_tasks)
+    result = curriculum.propose(phase, previous_labelled, critic=critic)
+    curriculum.state.save(phase_dir)
+    return result.tasks, result.metrics

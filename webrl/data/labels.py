@@ -1,0 +1,52 @@
+"""Stage 1's labels: each trajectory's outcome from the evaluator's score or from the ORM's P(YES).
+
+The ORM itself is a model (`webrl.modules.orm.orm_scorer` builds the scorer); labelling takes the scorer
+as a callable, so that this record layer stays free of models and runs on plain trajectories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from webrl.data.prompts import trajectory_orm_prompt
+from webrl.data.trajectory import Trajectory, is_success, orm_accepts
+
+OrmScorer = Callable[[list[str]], list[float]]
+"""score(orm_prompts) -> P(YES) of each prompt."""
+
+
+def label_with_evaluator(trajectories: Sequence[Trajectory]) -> None:
+    """outcome = 1[eval_reward >= 0.5] (`is_success`); a trajectory without an evaluator score is an error."""
+    for trajectory in trajectories:
+        if trajectory.eval_reward is None:
+            raise ValueError(
+                f"trajectory {trajectory.trajectory_id} (task {trajectory.task.task_id}) has no evaluator reward: "
+                "use reward_source=orm"
+            )
+        trajectory.outcome = 1.0 if is_success(trajectory.eval_reward) else 0.0
+
+
+def label_with_orm(
+    trajectories: Sequence[Trajectory],
+    score: OrmScorer,
+    *,
+    threshold: float,
+    chat_template_tokenizer: Any = None,
+) -> None:
+    """orm_score = P(YES), orm_reward = outcome = 1[`orm_accepts(P(YES), threshold)`] (release: `add_overall_reward`).
+
+    `threshold` is the run's `reward.threshold` (the release's 0.5 by default); it has no default here so
+    that no caller can silently use another value.
+
+    A trajectory without a step (its episode failed before acting) gets 0 without asking the ORM.
+    """
+    labelled = [t for t in trajectories if t.steps]
+    prompts = [trajectory_orm_prompt(t, chat_template_tokenizer=chat_template_tokenizer) for t in labelled]
+    for trajectory, p_yes in zip(labelled, score(prompts) if prompts else [], strict=True):
+        trajectory.orm_score = float(p_yes)
+        trajectory.orm_reward = 1.0 if orm_accepts(p_yes, threshold) else 0.0
+        trajectory.outcome = trajectory.orm_reward
+    for trajectory in trajectories:
+        if not trajectory.steps:
+            trajectory.orm_score, trajectory.orm_reward, trajectory.outcome = 0.0, 0.0, 0.0
