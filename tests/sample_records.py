@@ -61,3 +61,13 @@ def build_trajectory(
         response = _response(task_id, i, i == num_steps - 1)
         trajectory.steps.append(Step(index=i, prompt=prompt, observation=html, response=response))
     return trajectory
+
+
+# Placeholder -> URL on a port nothing listens on (9, discard): tasks resolve without any server.
+URL_MAP = {
+    "__SHOPPING__": "http://127.0.0.1:9/shopping",
+    "__SHOPPING_ADMIN__": "http://127.0.0.1:9/admin",
+    "__REDDIT__": "http://127.0.0.1:9/forum",
+    "__GITLAB__": "http://127.0.0.1:9/gitlab",
+    "__MAP__": "http://127.0.0.1:9/map",
+}

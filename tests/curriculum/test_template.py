@@ -11,6 +11,7 @@ import asyncio
 import re
 
 import pytest
+from sample_records import URL_MAP
 
 from webrl.curriculum.config import CurriculumConfig
 from webrl.curriculum.curriculum import Curriculum
@@ -18,14 +19,6 @@ from webrl.data.prompts import actor_prompt_for_step, build_actor_prompt
 from webrl.data.trajectory import Task, Trajectory
 from webrl.env.sites import load_suite, reinstantiate
 from webrl.inference.engine import Completion
-
-URL_MAP = {
-    "__SHOPPING__": "http://127.0.0.1:9/shopping",
-    "__SHOPPING_ADMIN__": "http://127.0.0.1:9/admin",
-    "__REDDIT__": "http://127.0.0.1:9/forum",
-    "__GITLAB__": "http://127.0.0.1:9/gitlab",
-    "__MAP__": "http://127.0.0.1:9/map",
-}
 
 
 def failures(train: list[Task], per_site: int) -> list[Trajectory]:

@@ -6,6 +6,7 @@ import random
 from collections import Counter
 
 import pytest
+from sample_records import URL_MAP
 
 from webrl.data.trajectory import Task
 from webrl.env.sites.suite import load_suite, reinstantiate
@@ -17,14 +18,6 @@ from webrl.env.splits import (
     load_split,
     reinstantiate_for,
 )
-
-URL_MAP = {
-    "__SHOPPING__": "http://127.0.0.1:9/shopping",
-    "__SHOPPING_ADMIN__": "http://127.0.0.1:9/admin",
-    "__REDDIT__": "http://127.0.0.1:9/forum",
-    "__GITLAB__": "http://127.0.0.1:9/gitlab",
-    "__MAP__": "http://127.0.0.1:9/map",
-}
 
 
 @pytest.fixture(scope="module")

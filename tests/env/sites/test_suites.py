@@ -8,18 +8,11 @@ import re
 from collections import Counter
 
 import pytest
+from sample_records import URL_MAP
 
 from webrl.env.sites.__main__ import main
 from webrl.env.sites.suite import SUITE_DIR, build_suites, load_suite, reinstantiate, suite_text
 from webrl.env.sites.templates import all_templates
-
-URL_MAP = {
-    "__SHOPPING__": "http://127.0.0.1:9/shopping",
-    "__SHOPPING_ADMIN__": "http://127.0.0.1:9/admin",
-    "__REDDIT__": "http://127.0.0.1:9/forum",
-    "__GITLAB__": "http://127.0.0.1:9/gitlab",
-    "__MAP__": "http://127.0.0.1:9/map",
-}
 
 
 @pytest.fixture(scope="module")
