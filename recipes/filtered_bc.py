@@ -22,6 +22,7 @@ from recipes.webrl import keep_config, launch_fabric, recipe_config
 from webrl.baselines import phase_rollouts, top_scored
 from webrl.data.trajectory import is_success
 from webrl.report import format_comparison
+from webrl.run_layout import RunLayout
 from webrl.run_state import RunState, write_json_atomic
 from webrl.supervised import ensure_sft, is_built, train_sft
 from webrl.web_environment import WebEnvironment
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         **{f"test/{k}": v for k, v in results.items()},
     }
     write_json_atomic(out_dir / "filtered_bc.json", summary)
-    history = RunState.load(Path(settings.source_run) / "run_state.json").history
+    history = RunState.load(RunLayout(settings.source_run).state_path).history
     print(format_comparison(history, {"Filtered BC": results}))
     return summary
 

@@ -56,7 +56,7 @@ def phase_loop(tmp_path: Path, *overrides: str, demonstrations: list[Trajectory]
         orm_dir=None,
         demonstrations=list(demonstrations),
     )
-    write_trajectories(loop.phase_dir(1) / "labelled.jsonl", [success("current")])
+    write_trajectories(loop.layout.labelled_path(1), [success("current")])
     return loop
 
 
@@ -89,7 +89,7 @@ def test_actor_stage_builds_the_actor_with_the_configured_advantage(tmp_path, mo
 
 def test_current_steps_are_discounted_by_the_configured_gamma(tmp_path):
     loop = phase_loop(tmp_path, "actor.advantage.gamma=0.5")
-    (loop.phase_dir(1) / "replay_samples.jsonl").write_text("")
+    (loop.layout.replay_samples_path(1)).write_text("")
     data = loop._datamodule(1, None, StageSettings(batch_size=2), phase_stage="critic")
     assert [sample.mc_return for sample in data.dataset.samples] == pytest.approx(HALF_DISCOUNT)
 
@@ -99,5 +99,5 @@ def test_replayed_steps_are_discounted_by_the_configured_gamma(tmp_path, monkeyp
     monkeypatch.setattr(loop, "_load_actor_model", lambda path: (None, None))
     monkeypatch.setattr(loop_module, "actor_scorer", lambda *args, **kwargs: lambda p, a: [0.7] * len(p))
     loop._replay(1)
-    kept = sorted(read_samples(loop.phase_dir(1) / "replay_samples.jsonl"), key=lambda sample: sample.step_index)
+    kept = sorted(read_samples(loop.layout.replay_samples_path(1)), key=lambda sample: sample.step_index)
     assert [sample.mc_return for sample in kept] == pytest.approx(HALF_DISCOUNT)

@@ -7,6 +7,7 @@ import pytest
 from webrl.baselines import percentile, phase_rollouts, top_scored
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.report import format_comparison
+from webrl.run_layout import RunLayout
 
 
 def scored(task_id: str, score: float | None, site: str = "shop", success: float = 0.0) -> Trajectory:
@@ -37,7 +38,7 @@ def test_top_scored_names_an_unscored_trajectory():
 def test_phase_rollouts_names_the_missing_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="filtered_bc.source_run.*phase_001/labelled.jsonl"):
         phase_rollouts(tmp_path, 1)
-    write_trajectories(tmp_path / "phase_001" / "labelled.jsonl", [scored("a", 0.2)])
+    write_trajectories(RunLayout(tmp_path).labelled_path(1), [scored("a", 0.2)])
     assert [t.task.task_id for t in phase_rollouts(tmp_path, 1)] == ["a"]
 
 

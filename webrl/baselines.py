@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from webrl.data.trajectory import Trajectory, read_trajectories
+from webrl.run_layout import RunLayout
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -32,7 +33,7 @@ def top_scored(trajectories: list[Trajectory], q: float) -> tuple[list[Trajector
 
 def phase_rollouts(run_dir: Path, phase: int) -> list[Trajectory]:
     """The ORM-labelled rollouts of `phase` in a WebRL run directory; a clear error when the run lacks them."""
-    path = Path(run_dir) / f"phase_{phase:03d}" / "labelled.jsonl"
+    path = RunLayout(run_dir).labelled_path(phase)
     if not path.exists():
         raise FileNotFoundError(
             f"filtered_bc.source_run={str(run_dir)!r}: {path} does not exist; run `python -m recipes.webrl` "

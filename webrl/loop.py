@@ -32,7 +32,7 @@ from webrl.data.labels import label_with_orm
 from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import ReplayBuffer, filter_by_perplexity
 from webrl.data.steps import StepSample, read_samples, write_samples
-from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_trajectories
+from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.inference.engine import InferenceEngine, ReloadableEngine
 from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
@@ -41,6 +41,7 @@ from webrl.modules.actor import ActorModule
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import actor_scorer
 from webrl.modules.orm import orm_scorer
+from webrl.run_layout import RunLayout
 from webrl.run_state import STAGES, RunState, seed_everything_for, stage_seed, write_json_atomic
 from webrl.supervised import save_model_dir
 from webrl.tracking import append_csv, log_trajectory_table
@@ -78,9 +79,8 @@ class PhaseLoop:
         self.sft_dir = Path(sft_dir)
         self.orm_dir = orm_dir
         self.demonstrations = demonstrations
-        self.run_dir = Path(config.output_dir)
-        self.state_path = self.run_dir / "run_state.json"
-        self.state = RunState.load(self.state_path)
+        self.layout = RunLayout(config.output_dir)
+        self.state = RunState.load(self.layout.state_path)
 
     # ----------------------------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]]:
@@ -101,30 +101,27 @@ class PhaseLoop:
     @property
     def replay(self) -> ReplayBuffer:
         """The replay buffer as it is on disk now (rank 0 writes it; every rank reads it fresh)."""
-        return ReplayBuffer(self.run_dir / "replay")
+        return ReplayBuffer(self.layout.replay_dir)
 
     # ---------------------------------------------------------------------------------------------- paths
-    def phase_dir(self, phase: int) -> Path:
-        return self.run_dir / f"phase_{phase:03d}"
-
     def actor_dir(self, phase: int) -> Path:
         """The actor that phase `phase` rolls out: the last trained one before it, else the SFT model."""
         for earlier in range(phase - 1, -1, -1):
-            candidate = self.phase_dir(earlier) / "actor"
+            candidate = self.layout.actor_dir(earlier)
             if (candidate / "config.json").exists():
                 return candidate
         return self.sft_dir
 
     def critic_path(self, phase: int) -> Path | None:
         for earlier in range(phase, 0, -1):
-            candidate = self.phase_dir(earlier) / "critic.pt"
+            candidate = self.layout.critic_path(earlier)
             if candidate.exists():
                 return candidate
         return None
 
     # ---------------------------------------------------------------------------------------------- stages
     def _curriculum(self, phase: int) -> dict[str, float]:
-        out = self.phase_dir(phase) / "tasks.json"
+        out = self.layout.tasks_path(phase)
         metrics: dict[str, float] = {}
         if self.fabric.is_global_zero:
             if phase == 0 or not self.config.curriculum_enabled:
@@ -133,7 +130,7 @@ class PhaseLoop:
                 tasks, metrics = self._propose_tasks(phase)
             write_json_atomic(out, [task.to_dict() for task in tasks])
         self.fabric.barrier()
-        return {**metrics, "curriculum/tasks": float(len(self.tasks(phase)))}
+        return {**metrics, "curriculum/tasks": float(len(self.layout.tasks(phase)))}
 
     def _propose_tasks(self, phase: int) -> tuple[list[Task], dict[str, float]]:
         curriculum = self.config.curriculum
@@ -143,10 +140,10 @@ class PhaseLoop:
         tasks, metrics = phase_tasks(
             curriculum,
             phase,
-            previous_dir=self.phase_dir(phase - 1),
-            phase_dir=self.phase_dir(phase),
-            first_tasks=self.tasks(0),
-            previous_labelled=self.labelled(phase - 1),
+            previous_dir=self.layout.phase_dir(phase - 1),
+            phase_dir=self.layout.phase_dir(phase),
+            first_tasks=self.layout.tasks(0),
+            previous_labelled=self.layout.labelled(phase - 1),
             generator=generator,
             reinstantiate=self.env.reinstantiate,
             start_observation=self.env.start_observation,
@@ -157,7 +154,7 @@ class PhaseLoop:
             tasks,
             wanted=curriculum.tasks_per_phase,
             pool=self.env.suite(self.config.env.train_split, 0, self.config.seed),
-            used={task.intent for earlier in range(phase) for task in self.tasks(earlier)},
+            used={task.intent for earlier in range(phase) for task in self.layout.tasks(earlier)},
             seed=stage_seed(self.config.seed, phase, "curriculum"),
         )
         return tasks, {**metrics, "curriculum/topped_up": float(len(tasks) - proposed)}
@@ -173,9 +170,9 @@ class PhaseLoop:
         return lambda prompts: critic.values(prompts).tolist()
 
     def _rollouts(self, phase: int) -> dict[str, float]:
-        tasks = self.tasks(phase)[self.fabric.global_rank :: self.fabric.world_size]
+        tasks = self.layout.tasks(phase)[self.fabric.global_rank :: self.fabric.world_size]
         self._sync_engine(self.actor_dir(phase))
-        out = self.phase_dir(phase) / f"rollouts.rank{self.fabric.global_rank}.jsonl"
+        out = self.layout.rollouts_path(phase, self.fabric.global_rank)
         seed = stage_seed(self.config.seed, phase, "rollouts") + self.fabric.global_rank
         _, metrics = self.env.run_episodes(
             self.engine, tasks, out, phase=phase, evaluation=False, seed=seed, prompt_builder=self._prompt_builder()
@@ -183,7 +180,7 @@ class PhaseLoop:
         return {f"rollout/{k.split('/', 1)[-1]}": v for k, v in metrics.items()}
 
     def _labels(self, phase: int) -> dict[str, float]:
-        trajectories = self.rollouts(phase)
+        trajectories = self.layout.rollouts(phase)
         if self.fabric.is_global_zero:
             if self.config.reward.orm_labels:
                 if self.orm_dir is None:
@@ -194,17 +191,17 @@ class PhaseLoop:
             for trajectory in trajectories:
                 source = trajectory.orm_reward if self.config.reward.source == "orm" else trajectory.eval_reward
                 trajectory.outcome = float(source or 0.0)
-            write_trajectories(self.phase_dir(phase) / "labelled.jsonl", trajectories)
+            write_trajectories(self.layout.labelled_path(phase), trajectories)
         self.fabric.barrier()
-        labelled = self.labelled(phase)
+        labelled = self.layout.labelled(phase)
         metrics = {f"train/{k}": v for k, v in success_by_site(labelled, key="outcome").items()}
         metrics.update({f"train_eval/{k}": v for k, v in success_by_site(labelled, key="eval_reward").items()})
         metrics.update(agreement(labelled))
         return metrics
 
     def _replay(self, phase: int) -> dict[str, float]:
-        labelled = self.labelled(phase)
-        out = self.phase_dir(phase) / "replay_samples.jsonl"
+        labelled = self.layout.labelled(phase)
+        out = self.layout.replay_samples_path(phase)
         kept: list[StepSample] = []
         if self.config.replay.enabled and phase > 0:
             experience = sample_by_steps(
@@ -250,7 +247,7 @@ class PhaseLoop:
         )
         state = full_state_dict(module, merge_lora=False)  # a collective under sharding: every rank calls it
         if self.fabric.is_global_zero:
-            _save_atomic(state, self.phase_dir(phase) / "critic.pt")
+            _save_atomic(state, self.layout.critic_path(phase))
         self.fabric.barrier()
         return metrics
 
@@ -276,7 +273,7 @@ class PhaseLoop:
             name="actor",
             step_offset=phase * PHASE_STEPS + PHASE_STEPS // 2,
         )
-        save_model_dir(self.fabric, actor.model, tokenizer, self.phase_dir(phase) / "actor", {"metrics": metrics})
+        save_model_dir(self.fabric, actor.model, tokenizer, self.layout.actor_dir(phase), {"metrics": metrics})
         return metrics
 
     def _sync(self, phase: int) -> dict[str, float]:
@@ -288,7 +285,7 @@ class PhaseLoop:
         tasks = self.env.suite(self.config.env.test_split, self.config.env.test_tasks, self.config.seed)
         shard = tasks[self.fabric.global_rank :: self.fabric.world_size]
         self._sync_engine(self.actor_dir(phase + 1))
-        out = self.phase_dir(phase) / f"eval.rank{self.fabric.global_rank}.jsonl"
+        out = self.layout.eval_path(phase, self.fabric.global_rank)
         self.env.run_episodes(
             self.engine,
             shard,
@@ -299,26 +296,10 @@ class PhaseLoop:
             prompt_builder=self._prompt_builder(),
         )
         self.fabric.barrier()
-        results = self._read_ranks(phase, "eval")
+        results = self.layout.evaluations(phase)
         return {f"test/{k}": v for k, v in success_by_site(results, key="eval_reward").items()}
 
     # ---------------------------------------------------------------------------------------------- helpers
-    def tasks(self, phase: int) -> list[Task]:
-        data = json.loads((self.phase_dir(phase) / "tasks.json").read_text(encoding="utf-8"))
-        return [Task.from_dict(item) for item in data]
-
-    def rollouts(self, phase: int) -> list[Trajectory]:
-        return self._read_ranks(phase, "rollouts")
-
-    def labelled(self, phase: int) -> list[Trajectory]:
-        return read_trajectories(self.phase_dir(phase) / "labelled.jsonl")
-
-    def _read_ranks(self, phase: int, prefix: str) -> list[Trajectory]:
-        out: list[Trajectory] = []
-        for path in sorted(self.phase_dir(phase).glob(f"{prefix}.rank*.jsonl")):
-            out.extend(read_trajectories(path))
-        return sorted(out, key=lambda t: t.task.task_id)
-
     def _prompt_builder(self) -> Any:
         if not isinstance(self.engine, ReloadableEngine) or not uses_chat_template(self.engine.tokenizer):
             return None
@@ -345,10 +326,10 @@ class PhaseLoop:
     def _datamodule(
         self, phase: int, tokenizer: Any, settings: StageSettings, *, phase_stage: str, critic_tokenizer: Any = None
     ) -> ReplayDataModule:
-        replayed = read_samples(self.phase_dir(phase) / "replay_samples.jsonl")
+        replayed = read_samples(self.layout.replay_samples_path(phase))
         data = ReplayDataModule(
             tokenizer,
-            current=self.labelled(phase),
+            current=self.layout.labelled(phase),
             replay=replayed,
             target=phase_stage,
             batch_size=settings.batch_size,
@@ -364,14 +345,14 @@ class PhaseLoop:
     def _finish_stage(self, phase: int, stage: str, metrics: dict[str, float]) -> None:
         """Save the stage's metrics, then mark it done (rank 0), then let every rank see the new state."""
         if self.fabric.is_global_zero:
-            write_json_atomic(self.phase_dir(phase) / "metrics" / f"{stage}.json", metrics)
-            self.state.mark(phase, stage, self.state_path)
+            write_json_atomic(self.layout.metrics_path(phase, stage), metrics)
+            self.state.mark(phase, stage, self.layout.state_path)
         self.fabric.barrier()
-        self.state = RunState.load(self.state_path)
+        self.state = RunState.load(self.layout.state_path)
 
     def _phase_record(self, phase: int) -> dict[str, Any]:
         record: dict[str, Any] = {"phase": phase}
-        for path in sorted((self.phase_dir(phase) / "metrics").glob("*.json")):
+        for path in sorted(self.layout.metrics_dir(phase).glob("*.json")):
             record.update(json.loads(path.read_text(encoding="utf-8")))
         return record
 
@@ -383,14 +364,14 @@ class PhaseLoop:
             # Phase records sit after both training stages on the step axis, so W&B steps stay monotonic.
             numeric = {k: v for k, v in record.items() if isinstance(v, (int, float))}
             self.fabric.log_dict(numeric, step=phase * PHASE_STEPS + PHASE_STEPS - 1)
-            append_csv(self.run_dir / "phases.csv", record)
+            append_csv(self.layout.phases_csv, record)
             log_trajectory_table(
-                self.fabric.loggers, phase, self.labelled(phase), self.config.tracking.sample_trajectories
+                self.fabric.loggers, phase, self.layout.labelled(phase), self.config.tracking.sample_trajectories
             )
             self.state.history.append(record)
-            self.state.mark(phase, "checkpoint", self.state_path)
+            self.state.mark(phase, "checkpoint", self.layout.state_path)
         self.fabric.barrier()
-        self.state = RunState.load(self.state_path)
+        self.state = RunState.load(self.layout.state_path)
 
 
 def _save_atomic(state: dict[str, torch.Tensor], path: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from webrl.config_checks import ConfigError, require
+from webrl.run_layout import RunLayout
 from webrl.run_state import RunState, write_json_atomic
 
 ABSENT = object()
@@ -75,7 +76,7 @@ def check_run_config(
     `config` is the resolved config as a plain dict. Raises ConfigError (one line) listing the keys
     that differ and are not allowed. Reads only.
     """
-    saved_path = run_dir / "config.json"
+    saved_path = RunLayout(run_dir).config_path
     if not saved_path.exists():
         return None
     changes = changed_keys(json.loads(saved_path.read_text(encoding="utf-8")), config)
@@ -94,7 +95,7 @@ def keep_run_config(
     """`check_run_config`, then config.json on a first launch, or the record of the changes it allowed."""
     changes = check_run_config(run_dir, config, allow_changes)
     if changes is None:
-        write_json_atomic(run_dir / "config.json", config)
+        write_json_atomic(RunLayout(run_dir).config_path, config)
     elif changes:
         _record_changes(run_dir, {key: [_plain(old), _plain(new)] for key, (old, new) in changes.items()})
     return changes
@@ -107,9 +108,10 @@ def describe_changes(changes: dict[str, tuple[Any, Any]]) -> str:
 
 def _record_changes(run_dir: Path, changes: dict[str, list[Any]]) -> None:
     """Append this set of accepted changes to config_changes.json once, with the phase it applies from."""
-    path = run_dir / "config_changes.json"
+    layout = RunLayout(run_dir)
+    path = layout.config_changes_path
     records = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
-    record = {"from_phase": RunState.load(run_dir / "run_state.json").phase, "changes": changes}
+    record = {"from_phase": RunState.load(layout.state_path).phase, "changes": changes}
     if record not in records:
         write_json_atomic(path, [*records, record])
 

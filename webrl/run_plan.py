@@ -11,6 +11,7 @@ from typing import Any
 
 from webrl.loop_config import WebRLConfig
 from webrl.run_config import describe_changes
+from webrl.run_layout import RunLayout
 from webrl.run_state import STAGES, RunState
 
 
@@ -43,7 +44,7 @@ def _phase_status(state: RunState, phase: int) -> str:
 def describe_plan(config: WebRLConfig, changes: dict[str, tuple[Any, Any]] | None) -> str:
     """The plan as text; `changes` is `check_run_config`'s answer (None: the directory has no config.json)."""
     run_dir = Path(config.output_dir)
-    state = RunState.load(run_dir / "run_state.json")
+    state = RunState.load(RunLayout(run_dir).state_path)
     if changes is None:
         directory = "new (config.json would be written)"
     elif changes:

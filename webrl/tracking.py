@@ -21,6 +21,7 @@ from lightning.fabric.loggers import CSVLogger
 
 from webrl.config_checks import at_least, one_of, require
 from webrl.data.trajectory import Trajectory
+from webrl.run_layout import phase_name
 
 WANDB_MODES = ("online", "offline", "disabled")
 WANDB_ENVIRONMENT = {
@@ -149,7 +150,7 @@ def log_trajectory_table(loggers: list[Any], phase: int, trajectories: list[Traj
             trajectory.outcome,
         )
     for logger in wandb_loggers:
-        logger.experiment.log({f"samples/phase_{phase:03d}": table})
+        logger.experiment.log({f"samples/{phase_name(phase)}": table})
 
 
 def setup_logging() -> None:

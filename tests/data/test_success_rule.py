@@ -63,10 +63,10 @@ def test_the_loop_labels_rollouts_at_the_configured_threshold(tmp_path, make_tra
         config, SingleProcess(), None, None, sft_dir=tmp_path / "sft", orm_dir=tmp_path / "orm", demonstrations=[]
     )
     rollouts = [make_trajectory(f"t{i}", outcome=None) for i in range(2)]
-    write_trajectories(loop.phase_dir(1) / "rollouts.rank0.jsonl", rollouts)
+    write_trajectories(loop.layout.rollouts_path(1, 0), rollouts)
     monkeypatch.setattr(loop_module, "orm_scorer", lambda *args, **kwargs: (lambda prompts: [0.69, 0.7], None))
     loop._labels(1)
-    assert [t.outcome for t in loop.labelled(1)] == [0.0, 1.0]
+    assert [t.outcome for t in loop.layout.labelled(1)] == [0.0, 1.0]
 
 
 class PartialCreditPage:

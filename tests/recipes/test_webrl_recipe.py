@@ -18,34 +18,36 @@ from pathlib import Path
 import pytest
 
 from webrl.data.trajectory import read_trajectories
+from webrl.run_layout import RunLayout
 
 
 def _phase_files_ok(run_dir: Path, phase: int, tasks: int) -> None:
-    phase_dir = run_dir / f"phase_{phase:03d}"
-    rollouts = read_trajectories(phase_dir / "rollouts.rank0.jsonl")
+    layout = RunLayout(run_dir)
+    rollouts = read_trajectories(layout.rollouts_path(phase, 0))
     ids = [t.task.task_id for t in rollouts]
     assert len(ids) == len(set(ids)) == tasks, f"phase {phase}: rollouts lost or duplicated: {sorted(ids)}"
-    labelled = read_trajectories(phase_dir / "labelled.jsonl")
+    labelled = layout.labelled(phase)
     assert all(t.orm_score is not None and t.outcome in (0.0, 1.0) for t in labelled)
-    evaluation = read_trajectories(phase_dir / "eval.rank0.jsonl")
+    evaluation = read_trajectories(layout.eval_path(phase, 0))
     assert len(evaluation) == 6 and all(t.eval_reward is not None for t in evaluation)
 
 
 def test_one_phase_end_to_end(tmp_path, model_cache, recipe_command, run_recipe):
     run_dir = tmp_path / "run"
+    layout = RunLayout(run_dir)
     result = run_recipe(recipe_command("recipes.webrl", run_dir, model_cache))
     assert result.returncode == 0, result.stderr[-4000:]
-    state = json.loads((run_dir / "run_state.json").read_text())
+    state = json.loads(layout.state_path.read_text())
     assert state["phase"] == 2 and state["done"] == []
     assert [record["phase"] for record in state["history"]] == [0, 1]
     _phase_files_ok(run_dir, 0, tasks=6)
-    _phase_files_ok(run_dir, 1, tasks=len(json.loads((run_dir / "phase_001" / "tasks.json").read_text())))
-    assert (run_dir / "phase_001" / "critic.pt").exists()
-    assert (run_dir / "phase_001" / "actor" / "config.json").exists()
+    _phase_files_ok(run_dir, 1, tasks=len(layout.tasks(1)))
+    assert layout.critic_path(1).exists()
+    assert (layout.actor_dir(1) / "config.json").exists()
     phase_one = state["history"][1]
     for key in ("critic/loss", "actor/loss", "test/success_rate", "train/success_rate", "replay/kept"):
         assert key in phase_one, f"missing metric {key} in {sorted(phase_one)}"
-    with (run_dir / "phases.csv").open() as handle:
+    with layout.phases_csv.open() as handle:
         assert [row["phase"] for row in csv.DictReader(handle)] == ["0", "1"]
     assert list((run_dir / "metrics").glob("version_*/metrics.csv"))
     assert any((run_dir / "wandb").glob("offline-run-*"))
@@ -82,11 +84,12 @@ def _lines(path: Path) -> int:
 def test_resume_after_kill(tmp_path, model_cache, kill_point, recipe_command, run_recipe):
     """kill -9 at a point, rerun the same command: it finishes with no trajectory lost or duplicated."""
     run_dir = tmp_path / "run"
+    layout = RunLayout(run_dir)
     command = recipe_command("recipes.webrl", run_dir, model_cache)
     points = {
-        "mid_rollouts": lambda: _lines(run_dir / "phase_001" / "rollouts.rank0.jsonl") >= 1,
-        "after_critic": lambda: (run_dir / "phase_001" / "critic.pt").exists(),
-        "mid_evaluation": lambda: _lines(run_dir / "phase_001" / "eval.rank0.jsonl") >= 2,
+        "mid_rollouts": lambda: _lines(layout.rollouts_path(1, 0)) >= 1,
+        "after_critic": lambda: layout.critic_path(1).exists(),
+        "mid_evaluation": lambda: _lines(layout.eval_path(1, 0)) >= 2,
     }
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "WANDB_MODE": "offline"}
@@ -94,10 +97,10 @@ def test_resume_after_kill(tmp_path, model_cache, kill_point, recipe_command, ru
     _wait_then_kill(process, points[kill_point])
     result = run_recipe(command)
     assert result.returncode == 0, result.stderr[-4000:]
-    state = json.loads((run_dir / "run_state.json").read_text())
+    state = json.loads(layout.state_path.read_text())
     assert [record["phase"] for record in state["history"]] == [0, 1]
     _phase_files_ok(run_dir, 0, tasks=6)
-    _phase_files_ok(run_dir, 1, tasks=len(json.loads((run_dir / "phase_001" / "tasks.json").read_text())))
+    _phase_files_ok(run_dir, 1, tasks=len(layout.tasks(1)))
 
 
 def test_config_errors_name_the_key(tmp_path, model_cache, recipe_command, run_recipe):
@@ -112,17 +115,18 @@ def test_config_errors_name_the_key(tmp_path, model_cache, recipe_command, run_r
 def test_two_process_phase(tmp_path, model_cache, recipe_command, run_recipe, strategy):
     """Two processes (gloo on CPU): rollouts sharded by rank, training under DDP or FSDP2, one result."""
     run_dir = tmp_path / "run"
+    layout = RunLayout(run_dir)
     command = recipe_command("recipes.webrl", run_dir, model_cache, f"fabric.strategy={strategy}", "fabric.devices=2")
     result = run_recipe(command, timeout=1800)
     assert result.returncode == 0, result.stderr[-4000:]
-    state = json.loads((run_dir / "run_state.json").read_text())
+    state = json.loads(layout.state_path.read_text())
     assert [record["phase"] for record in state["history"]] == [0, 1]
     for phase in (0, 1):
-        phase_dir = run_dir / f"phase_{phase:03d}"
-        shards = [read_trajectories(phase_dir / f"rollouts.rank{rank}.jsonl") for rank in (0, 1)]
+        shards = [read_trajectories(layout.rollouts_path(phase, rank)) for rank in (0, 1)]
         ids = [t.task.task_id for shard in shards for t in shard]
-        tasks = json.loads((phase_dir / "tasks.json").read_text())
-        assert sorted(ids) == sorted(task["task_id"] for task in tasks), "each task rolled out once, across ranks"
+        assert sorted(ids) == sorted(task.task_id for task in layout.tasks(phase)), (
+            "each task rolled out once, across ranks"
+        )
         assert all(shards), "both ranks rolled out"
-    assert (run_dir / "phase_001" / "actor" / "config.json").exists()
+    assert (layout.actor_dir(1) / "config.json").exists()
     assert "critic/loss" in state["history"][1] and "actor/loss" in state["history"][1]

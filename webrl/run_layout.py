@@ -1,0 +1,102 @@
+"""RunLayout: where everything of one WebRL run lives in its directory, named in this one place.
+
+The loop writes these files, and the dry-run plan, the baselines, the recipes and the tests read
+them; they all go through a RunLayout, so a file's name cannot drift between its writer and its readers.
+
+    <run>/config.json, config_changes.json, run_state.json, phases.csv, replay/
+    <run>/phase_NNN/tasks.json, rollouts.rankR.jsonl, labelled.jsonl, replay_samples.jsonl,
+                    critic.pt, actor/, eval.rankR.jsonl, metrics/<stage>.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from webrl.data.trajectory import Task, Trajectory, read_trajectories
+
+
+def phase_name(phase: int) -> str:
+    """`phase_NNN`: zero-padded so that the phase directories sort in phase order."""
+    return f"phase_{phase:03d}"
+
+
+class RunLayout:
+    """The paths of the run directory `root`, and readers of the files the loop writes into them."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+
+    # ---------------------------------------------------------------------------------------------- run files
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def config_changes_path(self) -> Path:
+        return self.root / "config_changes.json"
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / "run_state.json"
+
+    @property
+    def phases_csv(self) -> Path:
+        return self.root / "phases.csv"
+
+    @property
+    def replay_dir(self) -> Path:
+        return self.root / "replay"
+
+    # ---------------------------------------------------------------------------------------------- phase files
+    def phase_dir(self, phase: int) -> Path:
+        return self.root / phase_name(phase)
+
+    def tasks_path(self, phase: int) -> Path:
+        return self.phase_dir(phase) / "tasks.json"
+
+    def rollouts_path(self, phase: int, rank: int) -> Path:
+        return self.phase_dir(phase) / f"rollouts.rank{rank}.jsonl"
+
+    def eval_path(self, phase: int, rank: int) -> Path:
+        return self.phase_dir(phase) / f"eval.rank{rank}.jsonl"
+
+    def labelled_path(self, phase: int) -> Path:
+        return self.phase_dir(phase) / "labelled.jsonl"
+
+    def replay_samples_path(self, phase: int) -> Path:
+        return self.phase_dir(phase) / "replay_samples.jsonl"
+
+    def critic_path(self, phase: int) -> Path:
+        return self.phase_dir(phase) / "critic.pt"
+
+    def actor_dir(self, phase: int) -> Path:
+        return self.phase_dir(phase) / "actor"
+
+    def metrics_dir(self, phase: int) -> Path:
+        return self.phase_dir(phase) / "metrics"
+
+    def metrics_path(self, phase: int, stage: str) -> Path:
+        return self.metrics_dir(phase) / f"{stage}.json"
+
+    # ---------------------------------------------------------------------------------------------- readers
+    def tasks(self, phase: int) -> list[Task]:
+        data = json.loads(self.tasks_path(phase).read_text(encoding="utf-8"))
+        return [Task.from_dict(item) for item in data]
+
+    def rollouts(self, phase: int) -> list[Trajectory]:
+        """Every rank's rollouts of `phase`, in task order (the shards' split depends on the world size)."""
+        return self._read_ranks(phase, "rollouts")
+
+    def evaluations(self, phase: int) -> list[Trajectory]:
+        return self._read_ranks(phase, "eval")
+
+    def labelled(self, phase: int) -> list[Trajectory]:
+        return read_trajectories(self.labelled_path(phase))
+
+    def _read_ranks(self, phase: int, prefix: str) -> list[Trajectory]:
+        out: list[Trajectory] = []
+        for path in sorted(self.phase_dir(phase).glob(f"{prefix}.rank*.jsonl")):
+            out.extend(read_trajectories(path))
+        return sorted(out, key=lambda t: t.task.task_id)
