@@ -20,6 +20,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from webrl.modules.critic import CriticModule
 from webrl.modules.lm import actor_scorer
 from webrl.modules.orm import orm_scorer
 from webrl.run_layout import RunLayout
-from webrl.run_state import STAGES, RunState, seed_everything_for, stage_seed, write_json_atomic
+from webrl.run_state import RunState, seed_everything_for, stage_seed, write_json_atomic
 from webrl.supervised import save_model_dir
 from webrl.tracking import append_csv, log_trajectory_table
 from webrl.training import StageSettings, setup_for_training, train_module
@@ -81,18 +82,29 @@ class PhaseLoop:
         self.demonstrations = demonstrations
         self.layout = RunLayout(config.output_dir)
         self.state = RunState.load(self.layout.state_path)
+        self.stages: tuple[tuple[str, Callable[[int], dict[str, float]]], ...] = (
+            ("curriculum", self._curriculum),
+            ("rollouts", self._rollouts),
+            ("labels", self._labels),
+            ("replay", self._replay),
+            ("critic", self._critic),
+            ("actor", self._actor),
+            ("sync", self._sync),
+            ("evaluate", self._evaluate),
+        )
+        """Each phase's stages in run order: `run_state.STAGES` less the checkpoint that closes the phase."""
 
     # ----------------------------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]]:
         """Run every phase not yet completed; returns the per-phase records (also in run_state.json)."""
         for phase in range(self.state.phase, self.config.phases + 1):
-            for stage in STAGES[:-1]:
+            for stage, run_stage in self.stages:
                 if self.state.is_done(phase, stage):
                     continue
                 seed_everything_for(self.config.seed, phase, stage)
                 self.fabric.print(f"[phase {phase}] {stage}")
                 started = time.perf_counter()
-                metrics = getattr(self, f"_{stage}")(phase) or {}
+                metrics = run_stage(phase) or {}
                 metrics[f"time/{stage}_s"] = time.perf_counter() - started
                 self._finish_stage(phase, stage, metrics)
             self._checkpoint(phase)
