@@ -164,7 +164,8 @@ class PhaseLoop:
 
     def _load_critic(self, path: Path) -> CriticModule:
         """A critic on the SFT trunk with the weights a critic stage saved at `path`."""
-        critic = CriticModule(self.sft_dir, max_length=self.config.model.max_length)
+        lora = self.config.critic.lora.active()
+        critic = CriticModule(self.sft_dir, max_length=self.config.model.max_length, lora=lora)
         critic.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         return critic
 
@@ -233,7 +234,8 @@ class PhaseLoop:
         if phase == 0:
             return {}
         settings = self.config.critic.train
-        critic = CriticModule(self.sft_dir, lr=settings.lr, max_length=self.config.model.max_length)
+        lora = self.config.critic.lora.active()
+        critic = CriticModule(self.sft_dir, lr=settings.lr, max_length=self.config.model.max_length, lora=lora)
         previous = self.critic_path(phase - 1)
         if previous is not None:
             critic.load_state_dict(torch.load(previous, map_location="cpu", weights_only=True))
@@ -260,7 +262,12 @@ class PhaseLoop:
         settings = self.config.actor.train
         model, tokenizer = self._load_actor_model(self.actor_dir(phase))
         actor = ActorModule(
-            model, tokenizer, loss=self.config.actor.loss, advantage=self.config.actor.advantage, lr=settings.lr
+            model,
+            tokenizer,
+            loss=self.config.actor.loss,
+            advantage=self.config.actor.advantage,
+            lr=settings.lr,
+            lora=self.config.actor.lora.active(),
         )
         critic = self._load_critic(self.critic_path(phase))
         critic.requires_grad_(False)
