@@ -36,7 +36,7 @@ from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_tra
 from webrl.inference.engine import InferenceEngine, ReloadableEngine
 from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
-from webrl.metrics import agreement, success_by_site
+from webrl.metrics import agreement, errored, success_by_site
 from webrl.modules.actor import ActorModule
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import actor_scorer
@@ -201,6 +201,7 @@ class PhaseLoop:
         metrics = {f"train/{k}": v for k, v in success_by_site(labelled, key="outcome").items()}
         metrics.update({f"train_eval/{k}": v for k, v in success_by_site(labelled, key="eval_reward").items()})
         metrics.update(agreement(labelled))
+        metrics["rollout/errors"] = errored(labelled)  # over every rank's rollouts
         return metrics
 
     def _replay(self, phase: int) -> dict[str, float]:
@@ -307,7 +308,8 @@ class PhaseLoop:
         )
         self.fabric.barrier()
         results = self._read_ranks(phase, "eval")
-        return {f"test/{k}": v for k, v in success_by_site(results, key="eval_reward").items()}
+        metrics = {f"test/{k}": v for k, v in success_by_site(results, key="eval_reward").items()}
+        return {**metrics, "eval/errors": errored(results)}
 
     # ---------------------------------------------------------------------------------------------- helpers
     def tasks(self, phase: int) -> list[Task]:
