@@ -25,6 +25,10 @@ BAD_VALUES = [
     ("actor.advantage.gamma=1.5", "actor.advantage.gamma=1.5", "[0, 1]"),
     ("actor.loss.positive_confidence=2", "actor.loss.positive_confidence=2.0", "[0, 1]"),
     ("actor.loss.sft_weight=-1", "actor.loss.sft_weight=-1.0", ">= 0"),
+    ("actor.lora.r=0", "actor.lora.r=0", ">= 1"),
+    ("actor.lora.dropout=1", "actor.lora.dropout=1.0", "[0, 1)"),
+    ("critic.lora.alpha=0", "critic.lora.alpha=0", "> 0"),
+    ("critic.lora.target_modules=[]", "critic.lora.target_modules=[]", "must name a layer"),
     ("replay.filter.low=0.99", "replay.filter.low=0.99", "replay.filter.high"),
     ("replay.filter.cap_ratio=0", "replay.filter.cap_ratio=0.0", "> 0"),
     ("replay.filter.success_threshold=2", "replay.filter.success_threshold=2.0", "[0, 1]"),
@@ -57,6 +61,15 @@ def test_a_bad_value_is_one_line_naming_key_value_and_what_is_allowed(override, 
     assert "\n" not in message
     assert message.startswith(f"config error: {named}: "), message
     assert allowed in message, message
+
+
+def test_lora_keys_are_off_by_default_and_load_from_overrides():
+    assert recipe_config([]).actor.lora.active() is None
+    assert recipe_config([]).critic.lora.active() is None
+    config = recipe_config(["actor.lora.enabled=true", "actor.lora.r=4", "critic.lora.target_modules=[q_proj]"])
+    assert config.actor.lora.active().r == 4
+    assert config.critic.lora.target_modules == ["q_proj"]
+    assert config.critic.lora.active() is None
 
 
 @pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.yaml")), ids=lambda path: path.name)

@@ -37,7 +37,7 @@ from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.inference.engine import InferenceEngine, ReloadableEngine
 from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
-from webrl.metrics import agreement, success_by_site
+from webrl.metrics import agreement, errored, success_by_site
 from webrl.modules.actor import ActorModule
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import actor_scorer
@@ -173,7 +173,8 @@ class PhaseLoop:
 
     def _load_critic(self, path: Path) -> CriticModule:
         """A critic on the SFT trunk with the weights a critic stage saved at `path`."""
-        critic = CriticModule(self.sft_dir, max_length=self.config.model.max_length)
+        lora = self.config.critic.lora.active()
+        critic = CriticModule(self.sft_dir, max_length=self.config.model.max_length, lora=lora)
         critic.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         return critic
 
@@ -209,6 +210,7 @@ class PhaseLoop:
         metrics = {f"train/{k}": v for k, v in success_by_site(labelled, key="outcome").items()}
         metrics.update({f"train_eval/{k}": v for k, v in success_by_site(labelled, key="eval_reward").items()})
         metrics.update(agreement(labelled))
+        metrics["rollout/errors"] = errored(labelled)  # over every rank's rollouts
         return metrics
 
     def _replay(self, phase: int) -> dict[str, float]:
@@ -242,7 +244,8 @@ class PhaseLoop:
         if phase == 0:
             return {}
         settings = self.config.critic.train
-        critic = CriticModule(self.sft_dir, lr=settings.lr, max_length=self.config.model.max_length)
+        lora = self.config.critic.lora.active()
+        critic = CriticModule(self.sft_dir, lr=settings.lr, max_length=self.config.model.max_length, lora=lora)
         previous = self.critic_path(phase - 1)
         if previous is not None:
             critic.load_state_dict(torch.load(previous, map_location="cpu", weights_only=True))
@@ -269,7 +272,12 @@ class PhaseLoop:
         settings = self.config.actor.train
         model, tokenizer = self._load_actor_model(self.actor_dir(phase))
         actor = ActorModule(
-            model, tokenizer, loss=self.config.actor.loss, advantage=self.config.actor.advantage, lr=settings.lr
+            model,
+            tokenizer,
+            loss=self.config.actor.loss,
+            advantage=self.config.actor.advantage,
+            lr=settings.lr,
+            lora=self.config.actor.lora.active(),
         )
         critic = self._load_critic(self.critic_path(phase))
         critic.requires_grad_(False)
@@ -309,7 +317,8 @@ class PhaseLoop:
         )
         self.fabric.barrier()
         results = self.layout.evaluations(phase)
-        return {f"test/{k}": v for k, v in success_by_site(results, key="eval_reward").items()}
+        metrics = {f"test/{k}": v for k, v in success_by_site(results, key="eval_reward").items()}
+        return {**metrics, "eval/errors": errored(results)}
 
     # ---------------------------------------------------------------------------------------------- helpers
     def _prompt_builder(self) -> Any:

@@ -12,11 +12,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from webrl.config_checks import at_least, invalid, one_of, require, within
+from webrl.config_checks import at_least, invalid, one_of, positive, require, within
 from webrl.curriculum.config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
+from webrl.modules.lm import LoraSettings
 from webrl.modules.losses import ActorLossConfig, AdvantageConfig
 from webrl.run_config import ResumeConfig, flatten
 from webrl.tracking import TrackingConfig
@@ -210,16 +211,36 @@ class ORMConfig:
 
 
 @dataclass
+class LoraConfig(LoraSettings):
+    """LoRA adapters on a frozen base (off by default: every weight trains)."""
+
+    enabled: bool = False
+    """Train LoRA adapters instead of every weight; a saved actor has them merged (a plain model directory)."""
+
+    def active(self) -> LoraSettings | None:
+        """The adapter settings when enabled, else None (full fine-tuning)."""
+        return self if self.enabled else None
+
+    def validate(self, key: str) -> None:
+        at_least(f"{key}.r", self.r, 1)
+        positive(f"{key}.alpha", self.alpha)
+        within(f"{key}.dropout", self.dropout, 0, 1, open_high=True)
+        require(bool(self.target_modules), f"{key}.target_modules", self.target_modules, "must name a layer")
+
+
+@dataclass
 class ActorConfig:
     """The actor update."""
 
     train: StageSettings = field(default_factory=lambda: StageSettings(lr=1e-4, epochs=1.0, batch_size=8))
     loss: ActorLossConfig = field(default_factory=ActorLossConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def validate(self) -> None:
         """The stage's settings, and the loss and advantage values their own classes leave unchecked."""
         self.train.validate("actor.train")
+        self.lora.validate("actor.lora")
         within("actor.loss.positive_confidence", self.loss.positive_confidence, 0, 1)
         within("actor.loss.negative_confidence", self.loss.negative_confidence, 0, 1)
         at_least("actor.loss.sft_weight", self.loss.sft_weight, 0)
@@ -234,9 +255,11 @@ class CriticConfig:
     """The critic update (runs before the actor's in each phase)."""
 
     train: StageSettings = field(default_factory=lambda: StageSettings(lr=1e-4, epochs=2.0, batch_size=8))
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def validate(self) -> None:
         self.train.validate("critic.train")
+        self.lora.validate("critic.lora")
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Run-level figures computed from trajectories: success per site, and ORM agreement with evaluators."""
+"""Run-level figures computed from trajectories: success per site, errored episodes, ORM agreement with evaluators."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ def success_by_site(trajectories: list[Trajectory], key: str = "eval_reward") ->
     if unlabelled:
         out["unlabelled"] = float(unlabelled)
     return out
+
+
+def errored(trajectories: list[Trajectory]) -> float:
+    """How many episodes ended in an error (status "error": the browser or the site failed)."""
+    return float(sum(trajectory.status == "error" for trajectory in trajectories))
 
 
 def agreement(trajectories: list[Trajectory]) -> dict[str, float]:

@@ -9,14 +9,22 @@ def _pct(value: Any) -> str:
     return f"{100 * value:.1f}" if isinstance(value, (int, float)) else "-"
 
 
+def _count(value: Any) -> str:
+    return str(int(value)) if isinstance(value, (int, float)) else "-"
+
+
 def format_phase_table(history: list[dict[str, Any]]) -> str:
-    """One row per phase: held-out success (overall and per site), train success, ORM agreement, tasks, time."""
+    """One row per phase: test success (overall, per site), train success, ORM agreement, tasks, errors, time.
+
+    The errors are episodes that ended in an error: `eval/errors` in the evaluation, `rollout/errors` in the rollouts.
+    """
     if not history:
         return "(no finished phase)"
     sites = sorted(
         {key.split("/", 2)[2] for record in history for key in record if key.startswith("test/success_rate/")}
     )
-    header = ["phase", "test %", *[f"{site} %" for site in sites], "train %", "ORM agree %", "tasks", "kept", "min"]
+    header = ["phase", "test %", *[f"{site} %" for site in sites], "train %", "ORM agree %", "tasks", "kept"]
+    header += ["eval err", "rollout err", "min"]
     rows = [header]
     for record in history:
         rows.append(
@@ -28,6 +36,8 @@ def format_phase_table(history: list[dict[str, Any]]) -> str:
                 _pct(record.get("orm/agreement")),
                 str(int(record.get("curriculum/tasks", 0))),
                 str(int(record.get("curriculum/kept", record.get("curriculum/tasks", 0)))),
+                _count(record.get("eval/errors")),
+                _count(record.get("rollout/errors")),
                 f"{record.get('time/phase_s', 0.0) / 60:.1f}",
             ]
         )

@@ -16,6 +16,7 @@ import json
 import logging
 import random
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,14 @@ def collect_demonstrations(
         tasks = env.suite(env.config.env.train_split, limit, env.config.seed)
         solver = ScriptedEngine.for_embedded_sites(tokenizer)
         trajectories, _ = env.run_episodes(
-            solver, tasks, out_path, phase=0, evaluation=True, seed=env.config.seed, concurrency=concurrency
+            solver,
+            tasks,
+            out_path,
+            phase=0,
+            evaluation=True,
+            seed=env.config.seed,
+            concurrency=concurrency,
+            progress=sys.stderr.isatty(),  # the episode bar on a terminal only, as tqdm's disable=None decides
         )
         for trajectory in trajectories:
             _label_with_outcome(trajectory)

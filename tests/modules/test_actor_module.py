@@ -87,6 +87,21 @@ def test_lora_reference_is_the_base_model_with_adapters_disabled(tiny_dir):
         assert torch.allclose(actor.model(input_ids=ids).logits, policy_logits, atol=1e-5)
 
 
+def test_the_run_configs_lora_trains_only_adapters_against_the_base_model(tiny_dir):
+    from webrl.loop_config import LoraConfig
+
+    actor = ActorModule(tiny_dir, lora=LoraConfig(enabled=True, r=4, alpha=8).active(), lr=1e-2)
+    base, tokenizer = load_model_and_tokenizer(tiny_dir)
+    trainable = {id(p) for p in actor.trainable_parameters()}
+    names = [name for name, p in actor.named_parameters() if id(p) in trainable]
+    assert names and all(".lora_A." in name or ".lora_B." in name for name in names)
+    batch = ActorModule.collate(actor.tokenizer, [(PROMPT, ACTION, 1.0)])
+    one_step(actor, 1.0)
+    expected = action_logprobs(base, tokenizer, [PROMPT], [ACTION]).sum
+    assert torch.allclose(actor.reference_logprob_sum(batch), expected, atol=1e-6)
+    assert not torch.allclose(logprob(actor), expected[0], atol=1e-4)
+
+
 def test_lora_export_matches_the_policy(tiny_dir, tmp_path):
     actor = ActorModule(tiny_dir, lora=LoraSettings(r=4, alpha=8), lr=1e-2)
     one_step(actor, 1.0)

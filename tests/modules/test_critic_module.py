@@ -6,6 +6,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from webrl.modules.critic import CriticModule, last_token_index
+from webrl.modules.lm import LoraSettings
 from webrl.modules.losses import critic_loss
 
 STATES = [
@@ -59,6 +60,17 @@ def test_compute_loss_is_the_double_critic_loss(tiny):
     )
     assert torch.allclose(loss, expected) and torch.equal(metrics["critic/acc"], accuracy)
     assert set(metrics) == {"critic/loss", "critic/acc", "critic/value_mean"}
+
+
+def test_a_lora_critic_trains_its_adapters_and_heads_only(tiny_dir):
+    critic = CriticModule(tiny_dir, lora=LoraSettings(r=4, alpha=8))
+    trainable = {id(p) for p in critic.trainable_parameters()}
+    names = [name for name, p in critic.named_parameters() if id(p) in trainable]
+    assert any(".lora_A." in name for name in names)
+    assert all(".lora_" in name or name.startswith("heads.") for name in names)
+    restored = CriticModule(tiny_dir, lora=LoraSettings(r=4, alpha=8))
+    restored.load_state_dict(critic.state_dict())
+    assert torch.equal(restored.values(STATES), critic.values(STATES))
 
 
 def test_trainer_fit_learns_to_separate_outcomes(tiny, trainer_factory):

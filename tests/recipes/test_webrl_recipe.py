@@ -45,13 +45,14 @@ def test_one_phase_end_to_end(tmp_path, model_cache, recipe_command, run_recipe)
     assert layout.critic_path(1).exists()
     assert (layout.actor_dir(1) / "config.json").exists()
     phase_one = state["history"][1]
-    for key in ("critic/loss", "actor/loss", "test/success_rate", "train/success_rate", "replay/kept"):
+    keys = ("critic/loss", "actor/loss", "test/success_rate", "train/success_rate", "replay/kept")
+    for key in (*keys, "eval/errors", "rollout/errors"):
         assert key in phase_one, f"missing metric {key} in {sorted(phase_one)}"
     with layout.phases_csv.open() as handle:
         assert [row["phase"] for row in csv.DictReader(handle)] == ["0", "1"]
     assert list((run_dir / "metrics").glob("version_*/metrics.csv"))
     assert any((run_dir / "wandb").glob("offline-run-*"))
-    assert "test %" in result.stdout
+    assert "test %" in result.stdout and "rollout err" in result.stdout
 
     # The same command again finds everything done: nothing reruns, the table is printed again.
     again = run_recipe(recipe_command("recipes.webrl", run_dir, model_cache))

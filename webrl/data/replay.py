@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from tqdm.auto import tqdm
 
 from webrl.config_checks import positive, require, within
 from webrl.data.steps import DEFAULT_GAMMA, StepSample, trajectory_to_samples
@@ -183,7 +184,9 @@ def score_samples(
     world, rank = _world(fabric)
     shard = list(samples[rank::world])
     local: list[float] = []
-    for start in range(0, len(shard), batch_size):
+    starts = range(0, len(shard), batch_size)
+    # A bar on rank 0 only, and only on a terminal (tqdm's disable=None).
+    for start in tqdm(starts, desc="replay scoring", unit="batch", leave=False, disable=True if rank else None):
         batch = shard[start : start + batch_size]
         scores = score([s.prompt for s in batch], [s.action for s in batch])
         if len(scores) != len(batch):

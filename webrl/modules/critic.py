@@ -23,11 +23,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from webrl.modules.base import WebRLModule
-from webrl.modules.lm import encode_prompt, load_model_and_tokenizer, pad_batch, position_ids_from_mask
+from webrl.modules.lm import (
+    LoraSettings,
+    apply_lora,
+    encode_prompt,
+    load_model_and_tokenizer,
+    pad_batch,
+    position_ids_from_mask,
+)
 from webrl.modules.losses import critic_loss, critic_values
 
 NUM_HEADS = 2
@@ -73,14 +81,19 @@ class CriticModule(WebRLModule):
         lr: float = 1e-6,
         weight_decay: float = 0.0,
         max_length: int | None = None,
+        lora: LoraSettings | None = None,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
         if isinstance(model, (str, os.PathLike)):
-            model, tokenizer = load_model_and_tokenizer(Path(model))
+            model, tokenizer = load_model_and_tokenizer(Path(model), lora=lora)
+        elif lora is not None:
+            model = apply_lora(model, lora)
         if tokenizer is None:
             raise ValueError("CriticModule needs the tokenizer that goes with a model object")
         self.tokenizer = tokenizer
         self.max_length = max_length
+        if isinstance(model, PeftModel):  # the adapters sit in the decoder stack; its base weights stay frozen
+            model = model.get_base_model()
         self.trunk = model.base_model
         hidden = model.config.hidden_size
         self.heads = nn.ModuleList([_value_head(hidden) for _ in range(NUM_HEADS)])

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from webrl.data.labels import OrmScorer
@@ -121,14 +122,18 @@ class OutcomeRewardModule(WebRLModule):
         return loss, {"orm/loss": loss.detach(), "orm/acc": accuracy, "orm/score_mean": score.mean()}
 
     def score_prompts(self, prompts: Sequence[str], batch_size: int = 8) -> torch.Tensor:
-        """P(YES) for built ORM prompts, batched and without gradients; returns (N,) on the CPU."""
+        """P(YES) for built ORM prompts, batched and without gradients; returns (N,) on the CPU.
+
+        A progress bar shows on a terminal only (tqdm's `disable=None`), as ORM labelling runs it over every rollout.
+        """
         device = next(self.model.parameters()).device
         was_training = self.training
         self.eval()
         out = []
         try:
             with torch.no_grad():
-                for start in range(0, len(prompts), batch_size):
+                starts = range(0, len(prompts), batch_size)
+                for start in tqdm(starts, desc="ORM scoring", unit="batch", leave=False, disable=None):
                     rows = [
                         encode_prompt(self.tokenizer, p, self.max_length) for p in prompts[start : start + batch_size]
                     ]
