@@ -98,6 +98,8 @@ class EnvConfig:
     """Embedded split for held-out evaluation: test, or validation (60 fixed train tasks) for choosing settings."""
     url_map: dict[str, str] = field(default_factory=dict)
     """For an external suite: placeholder -> base URL, e.g. {__SHOPPING__: http://host:7770}."""
+    strict_tasks: bool = False
+    """Stop on any bad task config of an external suite instead of skipping it (each is named either way)."""
     train_tasks: int = 64
     """Phase-0 tasks sampled from the train split (0 = all)."""
     test_tasks: int = 60

@@ -22,8 +22,9 @@ from webrl.run_state import RunState, write_json_atomic
 
 ABSENT = object()
 """Stands for a key that one of the two configs lacks (a key added to the schema since the run started)."""
-NEUTRAL_KEYS = ("output_dir", "phases", "tracking", "resume")
-"""Where the run lives, how far it goes (phases only bounds the loop), where metrics go, and this check's own keys."""
+NEUTRAL_KEYS = ("output_dir", "phases", "tracking", "resume", "env.strict_tasks")
+"""Where the run lives, how far it goes (phases only bounds the loop), where metrics go, this check's own keys, and
+env.strict_tasks (it loads the same tasks or stops, so it never changes a result)."""
 
 
 @dataclass

@@ -64,7 +64,7 @@ class WebEnvironment:
 
             tasks = load_split(split, self.url_map)
         else:
-            tasks = load_tasks(Path(self.config.env.suite) / f"{split}", self.url_map)
+            tasks = load_tasks(Path(self.config.env.suite) / f"{split}", self.url_map, self.config.env.strict_tasks)
         if limit and limit < len(tasks):
             tasks = sorted(random.Random(seed).sample(tasks, limit), key=lambda t: t.task_id)
         return tasks

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from webrl.env.tasks import TaskConfigError, load_tasks
+from webrl.env.tasks import TaskConfigError, load_tasks, read_suite
 
 URL_MAP = {"__SHOPPING__": "http://127.0.0.1:7770/", "MAP": "http://127.0.0.1:3000"}
 
@@ -111,11 +111,15 @@ def test_errors_name_file_task_and_field(tmp_path, mutate, field, problem):
     mutate(raw)
     path = tmp_path / "tasks.json"
     path.write_text(json.dumps([config(1), raw]))
+    report = read_suite(path, URL_MAP)
+    assert [task.task_id for task in report.tasks] == ["1"]
+    (error,) = report.skipped
+    assert (error.origin, error.task_id, error.field) == (f"{path}[1]", "417", field)
+    assert str(error).startswith(f"{path}[1]: task 417: field '{field}': ")
+    assert problem in str(error)
     with pytest.raises(TaskConfigError) as info:
-        load_tasks(path, URL_MAP)
-    message = str(info.value)
-    assert message.startswith(f"{path}[1]: task 417: field '{field}': ")
-    assert problem in message
+        load_tasks(path, URL_MAP, strict=True)
+    assert str(info.value).splitlines() == [f"loaded 1 of 2; 1 skipped: {error.short}", f"  {error}"]
 
 
 def test_file_level_errors(tmp_path):
@@ -130,9 +134,11 @@ def test_file_level_errors(tmp_path):
     with pytest.raises(TaskConfigError, match="has no \\*.json task files"):
         load_tasks(empty)
     with pytest.raises(TaskConfigError, match=re.escape("<list>[1]: a task config must be a JSON object")):
-        load_tasks([config(1), "not a task"], URL_MAP)
-    with pytest.raises(TaskConfigError, match=re.escape("<list>[1]: task 1: duplicate task_id (first in <list>[0])")):
-        load_tasks([config(1), config(1)], URL_MAP)
+        load_tasks([config(1), "not a task"], URL_MAP, strict=True)
+    duplicate = "<list>[1]: task 1: field 'task_id': duplicate task_id (first in <list>[0])"
+    with pytest.raises(TaskConfigError, match=re.escape(duplicate)):
+        load_tasks([config(1), config(1)], URL_MAP, strict=True)
+    assert [task.task_id for task in load_tasks([config(1), config(1), "not a task"], URL_MAP)] == ["1"]
     raw = config()
     del raw["task_id"]
     with pytest.raises(TaskConfigError, match=re.escape("<list>[0]: task ?: field 'task_id': is missing")):

@@ -4,28 +4,71 @@ Task files are the contract between a site deployment and the agent: `__SHOPPING
 placeholders in URLs are replaced from a `url_map` given by the user's config (docs/method.md §9.2), and every
 field an evaluator will need is checked up front, so that a typo in task 417 surfaces at load time
 with its file, task id and field named, instead of as a crash or a silent zero reward hours later.
+
+One bad config must not cost a whole suite: `read_suite` keeps every good task and reports each bad
+one; `load_tasks` logs them with a summary line (`loaded 160 of 165; 5 skipped: ...`) and goes on,
+or raises that summary when `strict` (env.strict_tasks) or when nothing loaded at all.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from webrl.data.trajectory import Task
 
+log = logging.getLogger(__name__)
+
 EVAL_TYPES = ("string_match", "url_match", "program_html")
 STRING_APPROACHES = ("exact_match", "must_include", "must_exclude", "one_of", "fuzzy_match")
-HTML_APPROACHES = ("exact_match", "must_include", "must_exclude")
+# fuzzy_match in required_contents is WebArena-Lite's: an LLM judges the selected content.
+HTML_APPROACHES = ("exact_match", "must_include", "must_exclude", "fuzzy_match")
 URL_NOTES = ("EXACT", "GOLD in PRED")
 _PLACEHOLDER = re.compile(r"__[A-Z][A-Z0-9_]*__")
+_AND = " |AND| "
 
 
 class TaskConfigError(ValueError):
     """A task config that cannot be used; the message names the file, the task id and the field."""
+
+    def __init__(self, message: str, origin: str = "", task_id: str = "?", field: str = "") -> None:
+        super().__init__(message)
+        self.origin, self.task_id, self.field = origin, task_id, field
+
+    @property
+    def short(self) -> str:
+        """`task 417 (eval.reference_url) in 417.json`: the summary line's name for this config."""
+        where = Path(self.origin).name if self.origin and not self.origin.startswith("<") else self.origin
+        field_part = f" ({self.field})" if self.field else ""
+        return f"task {self.task_id}{field_part} in {where}"
+
+
+class LocalFileUrlError(TaskConfigError):
+    """A task URL that points at this machine's files (file://): a task must start and be checked on a site."""
+
+
+@dataclass
+class SuiteLoad:
+    """What one source held: the tasks that loaded, and one error per config that did not."""
+
+    tasks: list[Task] = field(default_factory=list)
+    skipped: list[TaskConfigError] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return len(self.tasks) + len(self.skipped)
+
+    def summary(self) -> str:
+        line = f"loaded {len(self.tasks)} of {self.total}"
+        if self.skipped:
+            line += f"; {len(self.skipped)} skipped: " + ", ".join(err.short for err in self.skipped)
+        return line
 
 
 def normalise_url_map(url_map: dict[str, str] | None) -> dict[str, str]:
@@ -45,7 +88,11 @@ def substitute(text: str, url_map: dict[str, str]) -> str:
 
 
 def _entries(source: Any) -> list[tuple[str, Any]]:
-    """(origin, config) pairs, where origin says where the config came from for error messages."""
+    """(origin, config) pairs, where origin says where the config came from for error messages.
+
+    A file that is not valid JSON becomes one entry holding its TaskConfigError, so that it is
+    skipped and named like any other bad config; a source that does not exist raises at once.
+    """
     if isinstance(source, dict):
         return [("<dict>", source)]
     if isinstance(source, (str, os.PathLike)):
@@ -70,20 +117,22 @@ def _file_entries(path: Path) -> list[tuple[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise TaskConfigError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
+        stem = path.stem if path.stem.isdigit() else "?"
+        return [(str(path), TaskConfigError(f"{path}:{err.lineno}: not valid JSON ({err.msg})", str(path), stem))]
     if isinstance(data, list):
         return [(f"{path}[{i}]", config) for i, config in enumerate(data)]
     return [(str(path), data)]
 
 
 class _Checker:
-    """Raises TaskConfigError with the origin and task id already in the message."""
+    """Raises TaskConfigError with the origin, task id and field in the message and as attributes."""
 
     def __init__(self, origin: str, task_id: Any) -> None:
+        self.origin, self.task_id = origin, str(task_id)
         self.prefix = f"{origin}: task {task_id}"
 
-    def fail(self, field: str, problem: str) -> None:
-        raise TaskConfigError(f"{self.prefix}: field '{field}': {problem}")
+    def fail(self, field: str, problem: str, error: type[TaskConfigError] = TaskConfigError) -> None:
+        raise error(f"{self.prefix}: field '{field}': {problem}", self.origin, self.task_id, field)
 
     def string(self, value: Any, field: str, allow_empty: bool = False) -> None:
         if not isinstance(value, str) or (not allow_empty and not value.strip()):
@@ -102,10 +151,17 @@ class _Checker:
         for approach, value in refs.items():
             if approach == "exact_match":
                 self.string(value, f"{field}.exact_match", allow_empty=True)
-            elif approach == "fuzzy_match" and value == "N/A":
-                continue
+            elif approach == "fuzzy_match" and isinstance(value, str):
+                # "N/A" (string_match) or " |OR| "-separated references (program_html).
+                self.string(value, f"{field}.fuzzy_match")
             else:
                 self.string_list(value, f"{field}.{approach}")
+
+    def not_local(self, url: str, field: str) -> None:
+        for part in url.split(_AND):
+            if part.strip().lower().startswith("file:"):
+                problem = f"{part.strip()[:80]!r} is a file:// URL; tasks must run on a site, not on local files"
+                self.fail(field, problem, LocalFileUrlError)
 
 
 def _check_eval(check: _Checker, block: Any) -> None:
@@ -119,11 +175,14 @@ def _check_eval(check: _Checker, block: Any) -> None:
             check.fail("eval.eval_types", f"unknown type {eval_type!r}; supported: {list(EVAL_TYPES)}")
     if "string_match" in types:
         check.references(block.get("reference_answers"), "eval.reference_answers", STRING_APPROACHES)
+        fuzzy = block["reference_answers"].get("fuzzy_match")
+        if isinstance(fuzzy, str) and fuzzy != "N/A":
+            check.fail("eval.reference_answers.fuzzy_match", f'must be "N/A" or a list of strings, got {fuzzy!r}')
     if "url_match" in types:
         check.string(block.get("reference_url"), "eval.reference_url")
-        note = block.get("url_note") or "EXACT"
-        if note not in URL_NOTES:
-            check.fail("eval.url_note", f"must be one of {list(URL_NOTES)}, got {note!r}")
+        note = block.get("url_note")
+        if note is not None and note not in URL_NOTES:
+            check.fail("eval.url_note", f"must be one of {list(URL_NOTES)} or absent (GOLD in PRED), got {note!r}")
     if "program_html" in types:
         targets = block.get("program_html")
         if not isinstance(targets, list) or not targets:
@@ -135,10 +194,12 @@ def _check_eval(check: _Checker, block: Any) -> None:
             check.string(target.get("url"), f"{field}.url")
             check.string(target.get("locator", ""), f"{field}.locator", allow_empty=True)
             check.references(target.get("required_contents"), f"{field}.required_contents", HTML_APPROACHES)
+            if "prep_actions" in target:
+                check.string_list(target["prep_actions"], f"{field}.prep_actions")
 
 
 def _resolve_urls(check: _Checker, config: dict[str, Any], url_map: dict[str, str]) -> None:
-    """Substitute placeholders in every URL field, in place; a placeholder left over is an error."""
+    """Substitute placeholders in every URL field, in place; a placeholder left over or a file:// URL is an error."""
     fields: list[tuple[str, dict[str, Any], str]] = [("start_url", config, "start_url")]
     block = config.get("eval")
     if isinstance(block, dict):
@@ -149,39 +210,71 @@ def _resolve_urls(check: _Checker, config: dict[str, Any], url_map: dict[str, st
                 fields.append((f"eval.program_html[{i}].url", target, "url"))
     for label, holder, key in fields:
         holder[key] = substitute(holder[key], url_map)
+        check.not_local(holder[key], label)
         left = _PLACEHOLDER.findall(holder[key])
         if left:
             known = sorted(url_map) or "none given"
             check.fail(label, f"placeholder {left[0]} has no URL in url_map (known: {known})")
 
 
-def load_tasks(source: Any, url_map: dict[str, str] | None = None) -> list[Task]:
+def _task(origin: str, raw: Any, mapping: dict[str, str]) -> Task:
+    """One validated Task with placeholders resolved, or TaskConfigError naming what is wrong."""
+    if isinstance(raw, TaskConfigError):
+        raise raw
+    if not isinstance(raw, dict):
+        raise TaskConfigError(f"{origin}: a task config must be a JSON object, got {type(raw).__name__}", origin)
+    config = json.loads(json.dumps(raw))  # a deep copy: substitution must not touch the caller's dicts
+    check = _Checker(origin, config.get("task_id", "?"))
+    if "task_id" not in config:
+        check.fail("task_id", "is missing")
+    check.string(config.get("intent"), "intent")
+    sites = config.get("sites")
+    if not isinstance(sites, list) or not all(isinstance(s, str) for s in sites):
+        check.fail("sites", f"must be a list of site names, got {sites!r}")
+    check.string(config.get("start_url"), "start_url")
+    if config.get("eval") is not None:
+        _check_eval(check, config["eval"])
+    _resolve_urls(check, config, mapping)
+    return Task.from_dict(config)
+
+
+def read_suite(source: Any, url_map: dict[str, str] | None = None) -> SuiteLoad:
+    """Every task of `source` that validates, and a TaskConfigError for each config that does not.
+
+    Only a source that cannot be read at all (a missing path, an empty directory) raises.
+    """
+    mapping = normalise_url_map(url_map)
+    report = SuiteLoad()
+    seen: dict[str, str] = {}
+    for origin, raw in _entries(source):
+        try:
+            task = _task(origin, raw, mapping)
+            if task.task_id in seen:
+                _Checker(origin, task.task_id).fail("task_id", f"duplicate task_id (first in {seen[task.task_id]})")
+        except TaskConfigError as err:
+            report.skipped.append(err)
+            continue
+        seen[task.task_id] = origin
+        report.tasks.append(task)
+    return report
+
+
+def load_tasks(source: Any, url_map: dict[str, str] | None = None, strict: bool = False) -> list[Task]:
     """Load WebArena-format task configs from a file, a directory of *.json, a dict or a list of dicts.
 
     Placeholders such as `__SHOPPING__` in start_url, eval.reference_url and program_html urls are
-    replaced from `url_map`. Raises TaskConfigError naming the file, task id and field on bad input.
+    replaced from `url_map`. Bad configs are logged (file, task id, field) and skipped with a summary
+    line; with `strict`, or when no config loads, TaskConfigError carries the summary and every error.
     """
-    mapping = normalise_url_map(url_map)
-    tasks: list[Task] = []
-    seen: dict[str, str] = {}
-    for origin, raw in _entries(source):
-        if not isinstance(raw, dict):
-            raise TaskConfigError(f"{origin}: a task config must be a JSON object, got {type(raw).__name__}")
-        config = json.loads(json.dumps(raw))  # a deep copy: substitution must not touch the caller's dicts
-        check = _Checker(origin, config.get("task_id", "?"))
-        if "task_id" not in config:
-            check.fail("task_id", "is missing")
-        check.string(config.get("intent"), "intent")
-        sites = config.get("sites")
-        if not isinstance(sites, list) or not all(isinstance(s, str) for s in sites):
-            check.fail("sites", f"must be a list of site names, got {sites!r}")
-        check.string(config.get("start_url"), "start_url")
-        if config.get("eval") is not None:
-            _check_eval(check, config["eval"])
-        _resolve_urls(check, config, mapping)
-        task = Task.from_dict(config)
-        if task.task_id in seen:
-            raise TaskConfigError(f"{origin}: task {task.task_id}: duplicate task_id (first in {seen[task.task_id]})")
-        seen[task.task_id] = origin
-        tasks.append(task)
-    return tasks
+    report = read_suite(source, url_map)
+    if not report.skipped:
+        log.info("task configs: %s", report.summary())
+        return report.tasks
+    details = "\n".join(f"  {err}" for err in report.skipped)
+    if strict or not report.tasks:
+        first = report.skipped[0]
+        # One kind of problem keeps its own class (LocalFileUrlError), so callers can tell it apart.
+        kind = type(first) if all(type(err) is type(first) for err in report.skipped) else TaskConfigError
+        raise kind(f"{report.summary()}\n{details}", first.origin, first.task_id, first.field)
+    log.warning("task configs skipped:\n%s\n%s", details, report.summary())
+    return report.tasks

@@ -94,7 +94,7 @@ def load_suite(split: str, url_map: dict[str, str] | None = None) -> list[Task]:
         raise FileNotFoundError(f"{path} is missing; run `python -m webrl.env.sites generate` to write it")
     if url_map is None:
         return [Task.from_dict(config) for config in json.loads(path.read_text(encoding="utf-8"))]
-    return load_tasks(path, url_map)
+    return load_tasks(path, url_map, strict=True)
 
 
 @functools.lru_cache(maxsize=1)
@@ -133,7 +133,7 @@ def reinstantiate(task: Task, rng: random.Random, n: int, url_map: dict[str, str
     mapping = url_map or _url_map_of(task)
     if mapping is None:
         return new
-    return load_tasks([t.to_dict() for t in new], mapping)
+    return load_tasks([t.to_dict() for t in new], mapping, strict=True)
 
 
 def suite_counts(tasks: list[Task]) -> dict[str, Any]:
