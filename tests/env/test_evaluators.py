@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from env_helpers import page_task
 
-from webrl.env.evaluators import EvaluationError, clean_answer, evaluate_task, string_match, url_match
+from webrl.env.evaluators import MissingHelperError, clean_answer, evaluate_task, string_match, url_match
 from webrl.env.tasks import load_tasks
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,14 +62,16 @@ def test_fuzzy_match_needs_a_judge_and_uses_it():
     assert score(refs, "at noon", judge) == (0.0, False)
     assert calls[0] == ("intent", "9 in the morning", "the store opens at 9am")
     assert score({"fuzzy_match": "N/A"}, "N/A") == (1.0, False)
-    assert score({"fuzzy_match": "N/A"}, "it is 5") == (0.0, False)
+    # Any other answer to an unachievable task is the judge's call (WebArena asks it with string_note).
+    assert score({"fuzzy_match": "N/A"}, "it is 5") == (0.0, True)
 
 
 def test_url_match_exact_gold_in_pred_alternatives_and_normalisation():
     ref = "http://127.0.0.1:7770/orders |OR| http://127.0.0.1:7770/history"
-    assert url_match(ref, "http://localhost:7770/history/") == 1.0
-    assert url_match(ref, "http://127.0.0.1:7770/history?page=2") == 0.0
+    assert url_match(ref, "http://localhost:7770/history/", "EXACT") == 1.0
+    assert url_match(ref, "http://127.0.0.1:7770/history?page=2", "EXACT") == 0.0
     assert url_match(ref, "http://127.0.0.1:7770/history?page=2", "GOLD in PRED") == 1.0
+    assert url_match(ref, "http://127.0.0.1:7770/history?page=2") == 1.0  # no url_note: GOLD in PRED
     assert url_match(ref, "http://127.0.0.1:7770/cart", "GOLD in PRED") == 0.0
 
 
@@ -142,6 +144,6 @@ def test_unsupported_helpers_are_named(run, pool, backend, pages):
             }
         ],
     }
-    expected = "task t1: program_html url .func:reddit_get_post_url.* needs WebArena helper functions"
-    with pytest.raises(EvaluationError, match=expected):
+    expected = "task t1: eval.program_html.0..url calls WebArena helper reddit_get_post_url.., which webrl does not"
+    with pytest.raises(MissingHelperError, match=expected):
         _evaluate(run, pool, backend, pages, block, None)

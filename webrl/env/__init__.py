@@ -10,10 +10,10 @@ from webrl.env.backend import SiteBackend, WebArenaBackend
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.chromium import ChromiumNotFoundError, find_chromium
 from webrl.env.episode import Episode, EpisodeLimits, StepResult
-from webrl.env.evaluators import EvalResult, EvaluationError, evaluate_task
+from webrl.env.evaluators import EvalResult, EvaluationError, MissingHelperError, evaluate_task
 from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
 from webrl.env.observation import Observation, ObservationConfig, observe
-from webrl.env.tasks import TaskConfigError, load_tasks
+from webrl.env.tasks import LocalFileUrlError, SuiteLoad, TaskConfigError, load_tasks, read_suite
 
 __all__ = [
     "Action",
@@ -25,11 +25,14 @@ __all__ = [
     "EpisodeLimits",
     "EvalResult",
     "EvaluationError",
+    "LocalFileUrlError",
     "MiniWoBBackend",
+    "MissingHelperError",
     "Observation",
     "ObservationConfig",
     "SiteBackend",
     "StepResult",
+    "SuiteLoad",
     "TaskConfigError",
     "WebArenaBackend",
     "evaluate_task",
@@ -38,4 +41,5 @@ __all__ = [
     "miniwob_tasks",
     "observe",
     "parse_action",
+    "read_suite",
 ]

@@ -21,7 +21,7 @@ from playwright.async_api import Error as PlaywrightError
 from webrl.data.trajectory import Step, Task, Trajectory
 from webrl.env.actions import Action, ActionParseError, parse_action
 from webrl.env.backend import SiteBackend
-from webrl.env.evaluators import EvalResult
+from webrl.env.evaluators import EvalResult, EvaluationError
 from webrl.env.executor import PageGoneError, execute_action
 from webrl.env.observation import Observation, ObservationConfig, observe
 
@@ -297,7 +297,9 @@ class Episode:
         """Score the final state with the backend; sets and returns `trajectory.eval_reward`.
 
         None when the task has no programmatic evaluator, when a fuzzy_match has no judge (the
-        ORM decides then), or when the browser is gone; the reason goes into the metadata.
+        ORM decides then), or when the browser is gone; the reason goes into the metadata. A task
+        whose evaluator cannot run here (`EvaluationError`, e.g. a WebArena `func:` helper webrl
+        lacks) marks this episode "error" with that message, and only this one.
         """
         if self.page is None or self.page.is_closed():
             self.trajectory.metadata["eval_error"] = "no live page to evaluate"
@@ -309,6 +311,11 @@ class Episode:
             )
         except _BROWSER_ERRORS as err:
             self.trajectory.metadata["eval_error"] = _describe(err)
+            return None
+        except EvaluationError as err:
+            self.trajectory.metadata["eval_error"] = f"{type(err).__name__}: {err}"
+            self.trajectory.metadata["ended_as"] = self.trajectory.status
+            self.trajectory.status, self.trajectory.error = "error", f"{type(err).__name__}: {err}"
             return None
         if isinstance(result, EvalResult):
             self.trajectory.metadata["eval"] = {

@@ -1,11 +1,21 @@
 """WebArena's programmatic evaluators: string_match, url_match and program_html (docs/method.md §9.2).
 
 Each listed eval type scores 0 or 1 and the task's score is their product, like WebArena's
-`EvaluatorComb`; a task succeeds only at 1.0. The string rules follow WebArena's: the answer is
-stripped of one pair of quotes and lower-cased; `must_include` alternatives are separated by
-" |OR| "; a one-character reference that is a task's only `must_include` is matched against whole
-word tokens so that "3" does not match "13". `fuzzy_match` needs an LLM judge; without one the
-result says `needs_judge` instead of guessing, so callers can route the trajectory to the ORM.
+`EvaluatorComb`; a task succeeds only at 1.0. The rules follow WebArena's evaluation harness (and
+WebArena-Lite's additions `must_exclude`, `one_of` and program_html `fuzzy_match`):
+
+- strings are normalised by stripping, dropping one pair of surrounding quotes and lower-casing;
+  the answer is normalised once on its own and again inside each comparison, as WebArena does;
+- `must_include` alternatives are separated by " |OR| "; a one-character reference that is a task's
+  only `must_include` is matched against whole word tokens, so that "3" does not match "13";
+- url_match compares host+path (the reference contained in the page's, "GOLD in PRED", the default
+  when `url_note` is missing), then every reference query parameter as a set of decoded values, so
+  parameter order and `+` for a space do not matter but a lengthened value does;
+- program_html with an empty locator reads the page's HTML (`page.content()`), not its text.
+
+`fuzzy_match` needs an LLM judge; without one the result says `needs_judge` instead of guessing, so
+callers can route the trajectory to the ORM. WebArena's `func:` helpers (they query the sites' APIs)
+are not implemented: such a task raises `MissingHelperError` when it is evaluated, naming the helper.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from webrl.data.trajectory import Task, is_success
 
@@ -23,10 +34,16 @@ from webrl.data.trajectory import Task, is_success
 Judge = Callable[[str, str, str], Any]
 
 _OR = " |OR| "
+_HELPER = re.compile(r"func:\s*([A-Za-z_]\w*)")
+NOT_AVAILABLE = "N/A"
 
 
 class EvaluationError(RuntimeError):
-    """A task whose evaluator cannot run here (e.g. WebArena's `func:` helpers); names the task."""
+    """A task whose evaluator cannot run here; the message names the task."""
+
+
+class MissingHelperError(EvaluationError):
+    """A task whose evaluator calls one of WebArena's `func:` helpers, which webrl does not implement."""
 
 
 @dataclass
@@ -45,8 +62,10 @@ class EvalResult:
 def clean_answer(text: str) -> str:
     """WebArena's normalisation: strip, drop one pair of surrounding quotes, lower-case."""
     text = text.strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        text = text[1:-1]
+    for quote in ("'", '"'):
+        if text.startswith(quote) and text.endswith(quote):
+            text = text[1:-1]
+            break
     return text.lower()
 
 
@@ -67,95 +86,171 @@ def includes(reference: str, prediction: str, tokenize: bool = False) -> bool:
     return False
 
 
-async def _ask_judge(judge: Judge, intent: str, answer: str, reference: str) -> float:
+def exact(reference: str, prediction: str) -> bool:
+    return clean_answer(prediction) == clean_answer(reference)
+
+
+async def _ask_judge(judge: Judge, intent: str, answer: str, reference: str) -> bool:
     verdict = judge(intent, answer, reference)
     if inspect.isawaitable(verdict):
         verdict = await verdict
-    return float(verdict)
+    return is_success(float(verdict))
+
+
+async def _fuzzy(references: list[str], content: str, intent: str, judge: Judge | None) -> tuple[float, bool]:
+    """Every reference judged equivalent to `content`; (0, True) when there is no judge to ask."""
+    if judge is None:
+        return 0.0, True
+    for reference in references:
+        if not await _ask_judge(judge, intent, content, reference):
+            return 0.0, False
+    return 1.0, False
 
 
 async def string_match(
-    references: dict[str, Any], answer: str | None, intent: str = "", judge: Judge | None = None
+    references: dict[str, Any],
+    answer: str | None,
+    intent: str = "",
+    judge: Judge | None = None,
+    string_note: str = "",
 ) -> tuple[float, bool]:
-    """Score an answer against `reference_answers`; return (score, needs_judge)."""
+    """Score an answer against `reference_answers`; return (score, needs_judge).
+
+    `fuzzy_match: "N/A"` marks an unachievable task: the answer "N/A" passes at once; any other
+    answer is for the judge to compare with `string_note` (the reason the task cannot be done).
+    """
     if answer is None or not answer.strip():
         return 0.0, False
+    pred = clean_answer(answer)
     score = 1.0
     needs_judge = False
     for approach, value in references.items():
         if approach == "exact_match":
-            score *= float(clean_answer(answer) == clean_answer(value))
+            score *= float(exact(value, pred))
         elif approach == "must_include":
-            score *= float(all(includes(ref, answer, tokenize=len(value) == 1) for ref in value))
+            score *= float(all(includes(ref, pred, tokenize=len(value) == 1) for ref in value))
         elif approach == "must_exclude":
-            score *= float(not any(includes(ref, answer) for ref in value))
+            score *= float(not any(includes(ref, pred) for ref in value))
         elif approach == "one_of":
-            score *= float(any(includes(ref, answer) for ref in value))
+            score *= float(any(includes(ref, pred) for ref in value))
         elif approach == "fuzzy_match":
-            if value == "N/A":
-                score *= float(clean_answer(answer) == "n/a")
-            elif judge is None:
-                needs_judge = True
-                score = 0.0
-            else:
-                for ref in value:
-                    score *= float(is_success(await _ask_judge(judge, intent, answer, ref)))
+            if value == NOT_AVAILABLE and exact(NOT_AVAILABLE, pred):
+                continue
+            refs = [string_note] if value == NOT_AVAILABLE else value
+            verdict, unjudged = await _fuzzy(refs, pred, intent, judge)
+            score *= verdict
+            needs_judge = needs_judge or unjudged
         else:
             raise EvaluationError(f"unsupported reference type {approach!r}")
-    return score, needs_judge
+    return (0.0, True) if needs_judge else (score, False)
 
 
-def _normalise_url(url: str) -> str:
-    return url.strip().replace("://localhost", "://127.0.0.1").rstrip("/")
+def _host_path(url: str) -> tuple[str, dict[str, list[str]]]:
+    """(host + path without a trailing /, decoded query values per key); localhost is 127.0.0.1."""
+    parts = urlsplit(url.strip())
+    host = parts.netloc.replace("localhost", "127.0.0.1", 1) if parts.hostname == "localhost" else parts.netloc
+    return host + parts.path.rstrip("/"), parse_qs(parts.query)
 
 
-def url_match(reference_url: str, page_url: str, url_note: str = "EXACT") -> float:
-    """1.0 when the page URL equals a ` |OR| ` alternative (EXACT) or contains one (GOLD in PRED)."""
-    pred = _normalise_url(page_url)
-    refs = [_normalise_url(ref) for ref in reference_url.split(_OR) if ref.strip()]
-    if url_note == "GOLD in PRED":
-        return float(any(ref in pred for ref in refs))
-    return float(pred in refs)
+def _query_matches(reference: dict[str, list[str]], page: dict[str, list[str]], exact_set: bool) -> bool:
+    if exact_set:
+        return {k: set(v) for k, v in reference.items()} == {k: set(v) for k, v in page.items()}
+    return all(any(value in page.get(key, []) for value in values) for key, values in reference.items())
 
 
-async def _select_content(page: Any, locator: str, task_id: str) -> str:
+def url_match(reference_url: str, page_url: str, url_note: str | None = None) -> float:
+    """1.0 when the page URL matches a ` |OR| ` alternative of `reference_url`.
+
+    "GOLD in PRED" (WebArena's rule, and the default): the reference's host+path occurs in the
+    page's, and each reference query parameter has one of its values among the page's values for
+    that key (extra page parameters are fine). "EXACT": host+path equal and the same parameters.
+    Two details differ from WebArena's code, on purpose: a trailing / of the path never matters
+    (WebArena drops it only at the very end of the URL, so `issues/?a=1` missed `issues?a=1`), and
+    each alternative is checked with its own parameters (WebArena pools them across alternatives,
+    which makes alternatives with different parameters impossible to satisfy).
+    """
+    exact_rule = url_note == "EXACT"
+    page_base, page_query = _host_path(page_url)
+    for alternative in reference_url.split(_OR):
+        if not alternative.strip():
+            continue
+        base, query = _host_path(alternative)
+        base_ok = base == page_base if exact_rule else base in page_base
+        if base_ok and _query_matches(query, page_query, exact_rule):
+            return 1.0
+    return 0.0
+
+
+def _helper(task_id: str, field_name: str, value: str) -> MissingHelperError:
+    name = _HELPER.search(value)
+    helper = name.group(1) if name else value[:60]
+    return MissingHelperError(
+        f"task {task_id}: {field_name} calls WebArena helper {helper}(), which webrl does not implement"
+    )
+
+
+async def select_content(page: Any, locator: str) -> str:
+    """What a program_html locator selects: the page's HTML when empty, else a JS expression's value."""
     if not locator.strip():
-        return await page.evaluate("() => document.body ? document.body.innerText : ''")
-    if locator.startswith(("func:", "lambda:")):
-        raise EvaluationError(f"task {task_id}: locator {locator[:60]!r} uses WebArena helpers webrl does not ship")
+        return await page.content()
     value = await page.evaluate(f"() => {{ try {{ return {locator}; }} catch (e) {{ return null; }} }}")
     return "" if value is None else str(value)
 
 
-def content_match(required: dict[str, Any], content: str) -> float:
-    """Apply program_html's required_contents (exact_match / must_include / must_exclude) to `content`."""
+async def content_match(
+    required: dict[str, Any], content: str, intent: str = "", judge: Judge | None = None
+) -> tuple[float, bool]:
+    """Apply program_html's required_contents to `content`; return (score, needs_judge).
+
+    exact_match, must_include (with ` |OR| ` alternatives, no word tokens), must_exclude, and
+    fuzzy_match (a string whose ` |OR| `-separated parts, or a list whose items, must all be judged
+    equivalent to the content).
+    """
+    content = html.unescape(content)
     score = 1.0
+    needs_judge = False
     for approach, value in required.items():
         if approach == "exact_match":
-            score *= float(clean_answer(content) == clean_answer(value))
+            score *= float(exact(value, content))
         elif approach == "must_include":
             score *= float(all(includes(ref, content) for ref in value))
         elif approach == "must_exclude":
             score *= float(not any(includes(ref, content) for ref in value))
+        elif approach == "fuzzy_match":
+            refs = value.split(_OR) if isinstance(value, str) else value
+            verdict, unjudged = await _fuzzy(refs, content, intent, judge)
+            score *= verdict
+            needs_judge = needs_judge or unjudged
         else:
             raise EvaluationError(f"unsupported required_contents type {approach!r}")
-    return score
+    return (0.0, True) if needs_judge else (score, False)
 
 
-async def program_html(targets: list[dict[str, Any]], page: Any, task_id: str = "?") -> float:
+async def program_html(
+    targets: list[dict[str, Any]], page: Any, task_id: str = "?", intent: str = "", judge: Judge | None = None
+) -> tuple[float, bool]:
     """Check page content per target: navigate (or stay on "last"), run prep actions, select, match."""
+    for i, target in enumerate(targets):
+        for key in ("url", "locator"):
+            value = str(target.get(key, ""))
+            if value.startswith("func"):
+                raise _helper(task_id, f"eval.program_html[{i}].{key}", value)
+            if value.startswith("lambda:"):
+                raise EvaluationError(
+                    f"task {task_id}: eval.program_html[{i}].{key} is a lambda: locator webrl does not run"
+                )
     score = 1.0
+    needs_judge = False
     for target in targets:
-        url = target["url"]
-        if url.startswith("func:"):
-            raise EvaluationError(f"task {task_id}: program_html url {url[:60]!r} needs WebArena helper functions")
-        if url != "last":
-            await page.goto(url, wait_until="domcontentloaded")
+        if target["url"] != "last":
+            await page.goto(target["url"], wait_until="domcontentloaded")
         for prep in target.get("prep_actions") or []:
-            await page.evaluate(f"() => {{ {prep} }}")
-        content = html.unescape(await _select_content(page, target.get("locator", ""), task_id))
-        score *= content_match(target["required_contents"], content)
-    return score
+            await page.evaluate(f"() => {{ try {{ {prep} }} catch (e) {{}} }}")
+        content = await select_content(page, target.get("locator", ""))
+        verdict, unjudged = await content_match(target["required_contents"], content, intent, judge)
+        score *= verdict
+        needs_judge = needs_judge or unjudged
+    return score, needs_judge
 
 
 async def evaluate_task(task: Task, page: Any, answer: str | None, judge: Judge | None = None) -> EvalResult:
@@ -168,13 +263,17 @@ async def evaluate_task(task: Task, page: Any, answer: str | None, judge: Judge 
     needs_judge = False
     # url_match reads the final URL before program_html may navigate away from it.
     if "url_match" in types:
-        per_type["url_match"] = url_match(block["reference_url"], page.url, block.get("url_note") or "EXACT")
+        per_type["url_match"] = url_match(block["reference_url"], page.url, block.get("url_note"))
     if "string_match" in types:
-        per_type["string_match"], needs_judge = await string_match(
-            block["reference_answers"], answer, task.intent, judge
+        per_type["string_match"], unjudged = await string_match(
+            block["reference_answers"], answer, task.intent, judge, block.get("string_note") or ""
         )
+        needs_judge = needs_judge or unjudged
     if "program_html" in types:
-        per_type["program_html"] = await program_html(block["program_html"], page, task.task_id)
+        per_type["program_html"], unjudged = await program_html(
+            block["program_html"], page, task.task_id, task.intent, judge
+        )
+        needs_judge = needs_judge or unjudged
     score = 1.0
     for value in per_type.values():
         score *= value

@@ -11,9 +11,9 @@ Every step records the exact prompt, the raw response, and the response's token 
 log-probabilities when the engine returns them. Finished trajectories stream to the writer
 (`TrajectoryWriter`, one fsynced JSONL line each) as they end, so a crash loses only the episodes
 in flight. Nothing an episode does stops the run: a dead browser, a hung page (per-episode
-timeout) or a prompt the engine rejects ends that episode with status "error" or "timeout" and
-the reason recorded. Only an engine that fails every prompt of 3 calls in a row stops the run
-(`EngineDownError`: it is down).
+timeout), a prompt the engine rejects or an evaluator that cannot run (a WebArena `func:` helper)
+ends that episode with status "error" or "timeout" and the reason recorded. Only an engine that
+fails every prompt of 3 calls in a row stops the run (`EngineDownError`: it is down).
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ class _Rollout:
                 self._end(episode, "error", f"{type(err).__name__}: {err}")
             if episode.trajectory.status != "error":
                 with self.clock.browser():
-                    await episode.evaluate()
+                    await self._evaluate(episode)
             with self.clock.browser():
                 await episode.close()
         trajectory = episode.trajectory
@@ -200,6 +200,16 @@ class _Rollout:
                 observation = result.observation
         finally:
             self.batcher.set_live(-1)
+
+    @staticmethod
+    async def _evaluate(episode: Episode) -> None:
+        """Score the episode; an evaluator that fails marks this episode "error" and spares the batch."""
+        try:
+            await episode.evaluate()
+        except Exception as err:  # noqa: BLE001 - one task's evaluator must not stop the others
+            trajectory = episode.trajectory
+            trajectory.metadata["ended_as"] = trajectory.status
+            trajectory.status, trajectory.error = "error", f"evaluation failed: {type(err).__name__}: {err}"
 
     @staticmethod
     def _end(episode: Episode, status: str, error: str) -> None:
