@@ -35,7 +35,6 @@ def test_precedence_defaults_file_then_overrides(tmp_path):
     assert config.sites == ["forum", "gitlab"]
 
 
-
 def test_several_config_files_merge_in_order(tmp_path):
     model, method = tmp_path / "model.yaml", tmp_path / "method.yaml"
     model.write_text("seed: 5\noptim:\n  lr: 0.5\n  epochs: 3\n")
@@ -44,6 +43,7 @@ def test_several_config_files_merge_in_order(tmp_path):
     assert (config.seed, config.optim) == (7, Optim(lr=0.125, epochs=3))  # the later file wins, key=value over both
     reversed_order = load_config(Root, ["--config", str(method), "--config", str(model)])
     assert reversed_order.optim.lr == 0.5
+
 
 @pytest.mark.parametrize(
     ("override", "named"),
