@@ -87,7 +87,10 @@ class Comparison:
             if item.partition("=")[0].strip() == "output_dir":
                 raise ConfigError(f"{item!r}: each method runs in <output_root>/<method>; set --output-root instead")
         self.output_root = Path(output_root)
-        self.runs = [self._plan(method, config_files, overrides, default_file, environment) for method in methods]
+        known = set().union(*(_sections(method.schema) for method in methods))
+        self.runs = [
+            self._plan(method, config_files, overrides, known, default_file, environment) for method in methods
+        ]
         self._require_same_held_out_tasks()
 
     def _plan(
@@ -95,12 +98,16 @@ class Comparison:
         method: Method,
         config_files: list[str],
         overrides: list[str],
+        known: set[str],
         default_file: Path,
         environment: Mapping[str, str],
     ) -> PlannedRun:
-        """The method's argv (common files, its file, the common overrides its schema has, its own) and config."""
-        sections = {item.name for item in dataclasses.fields(method.schema)}
-        mine = [item for item in overrides if item.partition("=")[0].strip().split(".")[0] in sections]
+        """The method's argv (common files, its file, the common overrides for it, its own) and its checked config.
+
+        An override of a section only some methods have (`filtered_bc.*`) goes to those; one of a section
+        that no method has goes to all, so that their config check names the unknown key.
+        """
+        mine = [item for item in overrides if _section(item) in _sections(method.schema) or _section(item) not in known]
         files = [*config_files, *([str(method.config_file)] if method.config_file else [])]
         run_dir = self.output_root / method.name
         own = [item.format(root=self.output_root) for item in method.overrides]
@@ -199,6 +206,15 @@ class Comparison:
             ]
             references[run.method.name] = matching[0] if matching else named.method.name
         return references
+
+
+def _section(override: str) -> str:
+    """The top-level section of a key=value override: `actor` for `actor.train.lr=1e-5`."""
+    return override.partition("=")[0].strip().split(".")[0]
+
+
+def _sections(schema: type) -> set[str]:
+    return {item.name for item in dataclasses.fields(schema)}
 
 
 def train_templates(config: WebRLConfig) -> set[int]:

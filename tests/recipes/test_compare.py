@@ -51,10 +51,18 @@ def test_reuse_only_tables_the_finished_runs(tmp_path, capsys, quick):
     write_loop_run(root / "webrl", solved={"1", "2", "3"})
     write_loop_run(root / "no_kl", solved={"2"})
     record = compare.main(
-        ["--reuse-only", "--output-root", str(root), "--methods", "sft,webrl,no_kl,no_replay", *quick]
+        [
+            "--reuse-only",
+            "--output-root",
+            str(root),
+            "--methods",
+            "sft,webrl,no_kl,no_replay,filtered_bc",
+            *quick,
+            "filtered_bc.percentile=50",
+        ]
     )
     assert [row["method"] for row in record["methods"]] == ["sft", "webrl", "no_kl"]
-    assert record["missing"] == ["no_replay"]
+    assert record["missing"] == ["filtered_bc", "no_replay"]
     sft, webrl, no_kl = record["methods"]
     # WebRL vs SFT on 4 tasks: only WebRL 2, 3 (b = 2), none only SFT (c = 0): p = 2 * 1/4 = 0.5, +50 points.
     assert (webrl["vs_baseline"]["only_a"], webrl["vs_baseline"]["only_b"]) == (2, 0)
@@ -76,6 +84,10 @@ def test_reuse_only_tables_the_finished_runs(tmp_path, capsys, quick):
     no_kl_command = record["commands"]["no_kl"]
     assert no_kl_command[no_kl_command.index("--config") + 1].endswith("ablation_no_kl.yaml")
     assert record["commands"]["webrl"][-2:] == ["reward.source=evaluator", f"output_dir={root / 'webrl'}"]
+    # A filtered_bc.* override goes to Filtered BC only, before its own overrides (it reads webrl's rollouts).
+    assert "filtered_bc.percentile=50" in record["commands"]["filtered_bc"]
+    assert not any(item.startswith("filtered_bc.") for item in record["commands"]["webrl"])
+    assert f"filtered_bc.source_run={root / 'webrl'}" in record["commands"]["filtered_bc"]
     assert not (root / "no_replay").exists()  # --reuse-only ran nothing
 
 
@@ -106,6 +118,7 @@ def test_bad_arguments_stop_before_anything_runs(tmp_path):
         (["--methods", "sft,bogus"], "unknown bogus"),
         (["output_dir=x"], "set --output-root"),
         (["actor.train.lr=-1"], "method sft: actor.train.lr"),
+        (["rolout.engine=hf"], "method sft: command-line override 'rolout.engine=hf'"),
     ):
         with pytest.raises(SystemExit, match=message):
             compare.main(["--output-root", str(tmp_path / "cmp"), *argv])

@@ -179,7 +179,8 @@ class LearningTable:
             "",
             f"McNemar: exact two-sided test on the same tasks; b = tasks only the method solved, c = only {baseline}. "
             "vs WebRL here: points against the full WebRL with the same reward source (its exact McNemar p). "
-            "Wall: the method's launches by the comparison; * = the sum of its phase times (cached builds left out).",
+            "Wall: the method's launches by the comparison (the first to need a cached SFT or ORM includes building "
+            "it); * = the sum of its phase times (cached builds left out).",
         ]
         if self.missing:
             notes.append(f"No finished evaluation yet: {', '.join(self.missing)}.")
