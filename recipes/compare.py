@@ -39,6 +39,7 @@ from webrl.run_state import write_json_atomic
 from webrl.tracking import WANDB_ENVIRONMENT, setup_logging
 
 BELOW_WEBRL = "below WebRL"
+"""The paper ranks Filtered BC, and each ablation (its Fig. 5), below full WebRL."""
 METHODS = (
     Method("sft", "SFT", "recipes.sft", WebRLConfig, evaluation="sft", paper="the baseline"),
     Method("webrl", "WebRL (evaluator rewards)", "recipes.webrl", WebRLConfig, overrides=("reward.source=evaluator",)),
@@ -63,7 +64,7 @@ METHODS = (
             WebRLConfig,
             CONFIG_DIR / f"ablation_{name}.yaml",
             reference="webrl",
-            paper=BELOW_WEBRL,
+            paper=f"{BELOW_WEBRL} (Fig. 5)",
         )
         for name, label in (
             ("no_curriculum", "WebRL without curriculum"),

@@ -70,7 +70,7 @@ def test_reuse_only_tables_the_finished_runs(tmp_path, capsys, quick):
     # no KL vs WebRL: only WebRL 1, 3 (c = 2): p = 0.5, -50 points; the paper ranks it below WebRL.
     assert no_kl["vs_reference"]["against"] == "webrl" and no_kl["vs_reference"]["p_value"] == 0.5
     assert (no_kl["paper"], webrl["seen_templates"]["successes"], webrl["test_only_templates"]["successes"]) == (
-        "below WebRL",
+        "below WebRL (Fig. 5)",
         2,
         1,
     )

@@ -150,7 +150,7 @@ class LearningTable:
         labels = {row.method: row.label for row in self.rows}
         baseline = labels.get(self.baseline, self.baseline)
         header = ["method", "success %", "95% Wilson %", "n", f"Δ vs {baseline} (points)", f"McNemar p vs {baseline}"]
-        header += ["seen templates %", "test-only templates %", "vs WebRL here", "paper (Fig. 5)", "wall min"]
+        header += ["seen templates %", "test-only templates %", "vs WebRL here", "paper", "wall min"]
         lines = [
             f"# Learning table: {len(self.task_ids)} held-out tasks ({self.split} split, {self.suite} suite)",
             "",
