@@ -35,6 +35,16 @@ def test_precedence_defaults_file_then_overrides(tmp_path):
     assert config.sites == ["forum", "gitlab"]
 
 
+def test_several_config_files_merge_in_order(tmp_path):
+    model, method = tmp_path / "model.yaml", tmp_path / "method.yaml"
+    model.write_text("seed: 5\noptim:\n  lr: 0.5\n  epochs: 3\n")
+    method.write_text("optim:\n  lr: 0.125\n")
+    config = load_config(Root, ["--config", str(model), f"--config={method}", "seed=7"])
+    assert (config.seed, config.optim) == (7, Optim(lr=0.125, epochs=3))  # the later file wins, key=value over both
+    reversed_order = load_config(Root, ["--config", str(method), "--config", str(model)])
+    assert reversed_order.optim.lr == 0.5
+
+
 @pytest.mark.parametrize(
     ("override", "named"),
     [("optim.lrr=1", "optim.lrr"), ("seed=abc", "seed"), ("nokey=1", "nokey"), ("optim.epochs=1.5", "optim.epochs")],

@@ -34,9 +34,10 @@ def load_config(
     usage: str = "",
     help_keys: Sequence[str] = (),
 ) -> T:
-    """Build a `schema` instance from `[--config FILE] [key=value ...]`, checked before it is returned.
+    """Build a `schema` instance from `[--config FILE ...] [key=value ...]`, checked before it is returned.
 
-    Precedence: dataclass defaults < `default_file` < `--config FILE` < the environment variables that
+    Precedence: dataclass defaults < `default_file` < each `--config FILE` in order (a method's file can
+    go over a model's, e.g. an ablation over webrl_smollm2.yaml) < the environment variables that
     `environment` maps to keys (`{"WANDB_MODE": "tracking.wandb_mode"}`) < command-line overrides.
     `--help` prints `usage`, then each key (those under `help_keys`, when given) with the value this
     command would run with and its docstring; `--print-config` prints the checked config as YAML. Both exit.
@@ -44,8 +45,8 @@ def load_config(
     argv = list(sys.argv[1:] if argv is None else argv)
     wants_help = bool({"--help", "-h"} & set(argv))
     wants_yaml = "--print-config" in argv
-    config_file, overrides = _split_argv([item for item in argv if item not in ("--help", "-h", "--print-config")])
-    merged = _merge_files(OmegaConf.structured(schema), (default_file, config_file))
+    config_files, overrides = _split_argv([item for item in argv if item not in ("--help", "-h", "--print-config")])
+    merged = _merge_files(OmegaConf.structured(schema), (default_file, *config_files))
     from_environment = _apply_environment(merged, environment or {})
     for item in overrides:
         if "=" not in item:
@@ -75,7 +76,7 @@ def _sources(default_file: str | Path | None, environment: Mapping[str, str]) ->
     sources = ["dataclass defaults"]
     if default_file:
         sources.append(Path(default_file).name)
-    sources.append("--config FILE")
+    sources.append("--config FILE ...")
     if environment:
         sources.append(" ".join(f"${variable}" for variable in environment))
     return [*sources, "key=value"]
@@ -130,8 +131,9 @@ def _check(config: Any, from_environment: Mapping[str, str]) -> None:
         raise
 
 
-def _split_argv(argv: list[str]) -> tuple[str | None, list[str]]:
-    config_file = None
+def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The `--config` files, in the order given, and the key=value overrides."""
+    config_files: list[str] = []
     overrides: list[str] = []
     items = iter(argv)
     for item in items:
@@ -139,13 +141,14 @@ def _split_argv(argv: list[str]) -> tuple[str | None, list[str]]:
             config_file = next(items, None)
             if config_file is None:
                 raise ConfigError("--config needs a file path")
+            config_files.append(config_file)
         elif item.startswith("--config="):
-            config_file = item.split("=", 1)[1]
+            config_files.append(item.split("=", 1)[1])
         elif item.startswith("--"):
             raise ConfigError(f"unknown option {item!r}: use --config FILE and key=value overrides (see --help)")
         else:
             overrides.append(item)
-    return config_file, overrides
+    return config_files, overrides
 
 
 def _parse_value(raw: str) -> Any:

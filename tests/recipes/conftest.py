@@ -68,3 +68,9 @@ def recipe_command():
 def run_recipe():
     """`run_recipe(argv, timeout)`: run it to the end in the repo root; returns the CompletedProcess."""
     return _run_recipe
+
+
+@pytest.fixture
+def quick() -> list[str]:
+    """The quick run's overrides, for commands a test builds itself."""
+    return list(QUICK)

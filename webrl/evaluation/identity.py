@@ -37,11 +37,25 @@ def weights_sha256(checkpoint: Path) -> str | None:
     return digest.hexdigest()
 
 
+CHECKPOINT_KEYS = ("checkpoint", "weights_sha256")
+"""The keys of an identity that name the weights; the others are the evaluation's settings."""
+
+
 def evaluation_identity(config: WebRLConfig, checkpoint: Path) -> dict[str, Any]:
     """Everything that decides an evaluation's outcomes: which weights, on which tasks, sampled how."""
     return {
         "checkpoint": str(Path(checkpoint).resolve()),
         "weights_sha256": weights_sha256(checkpoint),
+        **evaluation_settings(config),
+    }
+
+
+def evaluation_settings(config: WebRLConfig) -> dict[str, Any]:
+    """The part of an evaluation's identity that the config decides: the tasks and the sampling, not the weights.
+
+    A comparison finds a run's evaluation by these, so it never reads one made on other tasks.
+    """
+    return {
         "suite": config.env.suite,
         "split": config.env.test_split,
         "test_tasks": config.env.test_tasks,

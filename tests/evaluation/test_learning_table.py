@@ -1,0 +1,142 @@
+"""The learning table from hand-made outcomes: Wilson intervals, differences and exact McNemar p-values by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from webrl.data.trajectory import Task, Trajectory, write_trajectories
+from webrl.evaluation.breakdown import TaskOutcome
+from webrl.evaluation.learning_table import LearningTable
+from webrl.evaluation.run_results import RunResult, launch_seconds, loop_result, recipe_result, record_launch
+from webrl.run_layout import RunLayout
+from webrl.run_state import STAGES, RunState
+
+SEEN_TEMPLATE, TEST_ONLY_TEMPLATE = 101, 104
+TASKS = [str(i) for i in range(1, 11)]
+"""Tasks 1-5 of a seen template, 6-10 of a test-only one."""
+
+
+def template(task_id: str) -> int:
+    return SEEN_TEMPLATE if int(task_id) <= 5 else TEST_ONLY_TEMPLATE
+
+
+def result(method: str, solved: set[str], tasks: list[str] = TASKS, split: str = "test") -> RunResult:
+    outcomes = [TaskOutcome(task, "shopping", template(task), task in solved) for task in tasks]
+    return RunResult(method, outcomes, f"{method}.jsonl", "embedded", split, wall_s=120.0, wall_source="launches")
+
+
+SFT = result("sft", {"1", "2"})
+WEBRL = result("webrl", {"1", "3", "4", "5", "6"})
+NO_KL = result("no_kl", {"1"})
+
+
+def build(*results: RunResult, missing: tuple[str, ...] = ()) -> LearningTable:
+    return LearningTable.build(
+        list(results),
+        {SEEN_TEMPLATE},
+        labels={"sft": "SFT", "webrl": "WebRL", "no_kl": "no KL"},
+        references={"no_kl": "webrl"},
+        paper={"no_kl": "below WebRL"},
+        missing=missing,
+    )
+
+
+def test_rows_hold_intervals_differences_and_paired_tests():
+    table = build(SFT, WEBRL, NO_KL, missing=("sft", "webrl", "no_kl", "no_replay"))
+    record = table.to_dict()
+    assert record["held_out"] == {"suite": "embedded", "split": "test", "tasks": 10, "task_ids": TASKS}
+    assert record["missing"] == ["no_replay"]
+    sft, webrl, no_kl = record["methods"]
+    # Wilson, n = 10, z^2 = 3.8416, shrink = 1.38416. 5/10: centre = (0.5 + 0.19208)/1.38416 = 0.5,
+    # half = 1.96 * sqrt(0.025 + 0.009604)/1.38416 = 0.26341 -> [0.23659, 0.76341].
+    assert (webrl["successes"], webrl["n"], webrl["rate"]) == (5, 10, 0.5)
+    assert webrl["low"] == pytest.approx(0.23659, abs=1e-5) and webrl["high"] == pytest.approx(0.76341, abs=1e-5)
+    # 2/10: centre = (0.2 + 0.19208)/1.38416 = 0.28326, half = 1.96 * sqrt(0.016 + 0.009604)/1.38416 = 0.22658.
+    assert sft["low"] == pytest.approx(0.05668, abs=1e-5) and sft["high"] == pytest.approx(0.50984, abs=1e-5)
+    # WebRL vs SFT: only WebRL 3, 4, 5, 6 (b = 4), only SFT 2 (c = 1), both 1; p = 2 (1 + 5)/32 = 0.375.
+    assert webrl["vs_baseline"] == {
+        "against": "sft",
+        "diff_points": pytest.approx(30.0),
+        "tasks": 10,
+        "both": 1,
+        "only_a": 4,
+        "only_b": 1,
+        "p_value": 0.375,
+    }
+    # no KL vs SFT: b = 0, c = 1 -> p = 2 * 1/2 = 1; vs WebRL: b = 0, c = 4 -> p = 2/16 = 0.125, -40 points.
+    assert (no_kl["vs_baseline"]["p_value"], no_kl["vs_baseline"]["diff_points"]) == (1.0, pytest.approx(-10.0))
+    assert no_kl["vs_reference"]["against"] == "webrl"
+    assert (no_kl["vs_reference"]["only_b"], no_kl["vs_reference"]["p_value"]) == (4, 0.125)
+    assert no_kl["vs_reference"]["diff_points"] == pytest.approx(-40.0)
+    assert webrl["vs_reference"] is None and no_kl["paper"] == "below WebRL"
+    # WebRL on seen templates: 1, 3, 4, 5 of 1-5; test-only: 6 of 6-10.
+    assert (webrl["seen_templates"]["successes"], webrl["seen_templates"]["n"]) == (4, 5)
+    assert (webrl["test_only_templates"]["successes"], webrl["test_only_templates"]["n"]) == (1, 5)
+    json.dumps(record)
+
+
+def test_markdown_rows():
+    markdown = build(SFT, WEBRL, NO_KL).to_markdown()
+    assert markdown.startswith("# Learning table: 10 held-out tasks (test split, embedded suite)")
+    # 1/10: centre = (0.1 + 0.19208)/1.38416 = 0.21102, half = 1.96 * sqrt(0.009 + 0.009604)/1.38416 = 0.19314.
+    assert "| SFT | 20.0 (2/10) | [5.7, 51.0] | 10 |  |  | 40.0 (2/5) | 0.0 (0/5) |  |  | 2.0 |" in markdown
+    assert (
+        "| WebRL | 50.0 (5/10) | [23.7, 76.3] | 10 | +30.0 | 0.375 (b 4, c 1) | 80.0 (4/5) | 20.0 (1/5) |" in markdown
+    )
+    assert "| no KL | 10.0 (1/10) | [1.8, 40.4] | 10 | -10.0 | 1 (b 0, c 1) | 20.0 (1/5) | 0.0 (0/5) |" in markdown
+    assert "| -40.0 (p 0.125) | below WebRL | 2.0 |" in markdown
+
+
+def test_without_sft_the_paired_columns_stay_empty():
+    record = build(WEBRL, NO_KL).to_dict()
+    assert all(row["vs_baseline"] is None for row in record["methods"])
+    assert record["methods"][1]["vs_reference"]["p_value"] == 0.125
+
+
+def test_different_task_sets_are_refused_naming_the_methods():
+    short = result("no_replay", {"1"}, tasks=TASKS[:9])
+    with pytest.raises(ValueError, match=r"no_replay \(9 tasks\) vs sft \(10 tasks\).*only in B: 10"):
+        build(SFT, WEBRL, short)
+    with pytest.raises(ValueError, match="sft on the test split of embedded, no_replay on the validation split"):
+        build(SFT, result("no_replay", {"1"}, split="validation"))
+    with pytest.raises(ValueError, match="no method has a finished evaluation"):
+        build()
+
+
+def trajectory(task_id: str, reward: float) -> Trajectory:
+    task = Task(task_id, f"intent {task_id}", ["shopping"], "http://x/", intent_template_id=template(task_id))
+    return Trajectory(task, status="exit", eval_reward=reward)
+
+
+def test_loop_result_reads_the_last_phase_once_evaluated(tmp_path):
+    layout = RunLayout(tmp_path)
+    assert loop_result("webrl", tmp_path, 1, suite="embedded", split="test") is None
+    write_trajectories(layout.eval_path(1, 0), [trajectory("1", 1.0), trajectory("3", 0.0)])
+    write_trajectories(layout.eval_path(1, 1), [trajectory("2", 0.0)])
+    state = RunState(phase=1, done=list(STAGES[:7]), history=[{"phase": 0, "time/phase_s": 60.0}])
+    state.save(layout.state_path)
+    assert loop_result("webrl", tmp_path, 1, suite="embedded", split="test") is None  # evaluation not marked done
+    state.history.append({"phase": 1, "time/phase_s": 120.0})
+    RunState(phase=2, history=state.history).save(layout.state_path)
+    found = loop_result("webrl", tmp_path, 1, suite="embedded", split="test")
+    assert found.successes == {"1": True, "2": False, "3": False}  # both ranks' shards
+    assert (found.wall_s, found.wall_source) == (180.0, "phases")
+    record_launch(tmp_path, ["python", "-m", "recipes.webrl"], 90.0, 1)
+    record_launch(tmp_path, ["python", "-m", "recipes.webrl"], 30.0, 0)
+    assert launch_seconds(tmp_path) == 120.0
+    assert loop_result("webrl", tmp_path, 1, suite="embedded", split="test").wall_source == "launches"
+
+
+def test_recipe_result_reads_only_an_evaluation_with_the_same_settings(tmp_path):
+    settings = {"suite": "embedded", "split": "test", "test_tasks": 3, "seed": 0}
+    for name, split, solved in (("eval_sft-aaa", "validation", "2"), ("eval_sft-bbb", "test", "1")):
+        identity = {"checkpoint": "/c", "weights_sha256": "x", **settings, "split": split}
+        (tmp_path / f"{name}.json").write_text(json.dumps({"identity": identity}))
+        write_trajectories(tmp_path / f"{name}.jsonl", [trajectory(t, float(t == solved)) for t in ("1", "2", "3")])
+    found = recipe_result("sft", tmp_path, "sft", settings)
+    assert found.source.endswith("eval_sft-bbb.jsonl") and found.successes == {"1": True, "2": False, "3": False}
+    assert found.wall_s is None
+    assert recipe_result("sft", tmp_path, "sft", {**settings, "seed": 1}) is None
+    assert recipe_result("filtered_bc", tmp_path, "filtered_bc", settings) is None

@@ -1,0 +1,151 @@
+"""`python -m recipes.compare`: the learning table from run directories, reused or run end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recipes import compare
+from recipes.webrl import DEFAULT_CONFIG, recipe_config
+from webrl.comparison import Comparison, Method
+from webrl.config_checks import ConfigError
+from webrl.data.trajectory import Task, Trajectory, write_trajectories
+from webrl.evaluation.identity import evaluation_settings
+from webrl.loop_config import WebRLConfig
+from webrl.run_layout import RunLayout
+from webrl.run_state import RunState
+from webrl.tracking import WANDB_ENVIRONMENT
+
+TASKS = ["1", "2", "3", "4"]
+
+
+def trajectory(task_id: str, solved: set[str]) -> Trajectory:
+    template = 101 if task_id in ("1", "2") else 104  # 101 is a train template, 104 only in the test split
+    task = Task(task_id, f"intent {task_id}", ["shopping"], "http://x/", intent_template_id=template)
+    return Trajectory(task, status="exit", eval_reward=1.0 if task_id in solved else 0.0)
+
+
+def write_loop_run(run_dir: Path, solved: set[str], tasks: list[str] = TASKS) -> None:
+    """A WebRL run as the loop leaves it after phase 1: run_state, phase records, the last evaluation."""
+    layout = RunLayout(run_dir)
+    write_trajectories(layout.eval_path(1, 0), [trajectory(task, solved) for task in tasks])
+    RunState(phase=2, history=[{"phase": 0, "time/phase_s": 30.0}, {"phase": 1, "time/phase_s": 90.0}]).save(
+        layout.state_path
+    )
+
+
+def write_sft_run(run_dir: Path, settings: dict, solved: set[str]) -> None:
+    """The SFT recipe's evaluation as recipes.evaluate writes it: the JSON with its identity, the trajectories."""
+    run_dir.mkdir(parents=True)
+    identity = {"checkpoint": "/cache/sft", "weights_sha256": "0" * 64, **settings}
+    (run_dir / "eval_sft-0123456789.json").write_text(json.dumps({"identity": identity}))
+    write_trajectories(run_dir / "eval_sft-0123456789.jsonl", [trajectory(task, solved) for task in TASKS])
+
+
+def test_reuse_only_tables_the_finished_runs(tmp_path, capsys, quick):
+    root = tmp_path / "cmp"
+    settings = evaluation_settings(recipe_config(quick))
+    write_sft_run(root / "sft", settings, solved={"1"})
+    write_loop_run(root / "webrl", solved={"1", "2", "3"})
+    write_loop_run(root / "no_kl", solved={"2"})
+    record = compare.main(
+        [
+            "--reuse-only",
+            "--output-root",
+            str(root),
+            "--methods",
+            "sft,webrl,no_kl,no_replay,filtered_bc",
+            *quick,
+            "filtered_bc.percentile=50",
+        ]
+    )
+    assert [row["method"] for row in record["methods"]] == ["sft", "webrl", "no_kl"]
+    assert record["missing"] == ["filtered_bc", "no_replay"]
+    sft, webrl, no_kl = record["methods"]
+    # WebRL vs SFT on 4 tasks: only WebRL 2, 3 (b = 2), none only SFT (c = 0): p = 2 * 1/4 = 0.5, +50 points.
+    assert (webrl["vs_baseline"]["only_a"], webrl["vs_baseline"]["only_b"]) == (2, 0)
+    assert (webrl["vs_baseline"]["p_value"], webrl["vs_baseline"]["diff_points"]) == (0.5, 50.0)
+    # no KL vs WebRL: only WebRL 1, 3 (c = 2): p = 0.5, -50 points; the paper ranks it below WebRL.
+    assert no_kl["vs_reference"]["against"] == "webrl" and no_kl["vs_reference"]["p_value"] == 0.5
+    assert (no_kl["paper"], webrl["seen_templates"]["successes"], webrl["test_only_templates"]["successes"]) == (
+        "below WebRL (Fig. 5)",
+        2,
+        1,
+    )
+    assert (sft["wall_s"], webrl["wall_s"], webrl["wall_source"]) == (None, 120.0, "phases")
+    assert record["held_out"]["task_ids"] == TASKS
+    assert json.loads((root / "learning_table.json").read_text()) == record
+    markdown = (root / "learning_table.md").read_text()
+    assert "| WebRL (evaluator rewards) | 75.0 (3/4) |" in markdown and "no_replay" in markdown
+    assert markdown in capsys.readouterr().out
+    # Each method's command: common args, then its own file and overrides, then its run directory.
+    no_kl_command = record["commands"]["no_kl"]
+    assert no_kl_command[no_kl_command.index("--config") + 1].endswith("ablation_no_kl.yaml")
+    assert record["commands"]["webrl"][-2:] == ["reward.source=evaluator", f"output_dir={root / 'webrl'}"]
+    # A filtered_bc.* override goes to Filtered BC only, before its own overrides (it reads webrl's rollouts).
+    assert "filtered_bc.percentile=50" in record["commands"]["filtered_bc"]
+    assert not any(item.startswith("filtered_bc.") for item in record["commands"]["webrl"])
+    assert f"filtered_bc.source_run={root / 'webrl'}" in record["commands"]["filtered_bc"]
+    assert not (root / "no_replay").exists()  # --reuse-only ran nothing
+
+
+def test_results_on_other_tasks_or_settings_are_refused(tmp_path, quick):
+    root = tmp_path / "cmp"
+    write_loop_run(root / "webrl", solved={"1"})
+    write_loop_run(root / "no_kl", solved={"1"}, tasks=TASKS[:3])
+    with pytest.raises(SystemExit, match=r"different held-out tasks: no_kl \(3 tasks\) vs webrl \(4 tasks\)"):
+        compare.main(["--reuse-only", "--output-root", str(root), "--methods", "webrl,no_kl", *quick])
+    (root / "no_kl" / "config.json").write_text(json.dumps({"seed": 5}))
+    with pytest.raises(SystemExit, match="method no_kl: .* was started with other settings: .*seed 5 → 0"):
+        compare.main(["--reuse-only", "--output-root", str(root), "--methods", "webrl,no_kl", *quick])
+
+
+def test_methods_must_draw_the_same_held_out_tasks(tmp_path, quick):
+    validation = tmp_path / "validation.yaml"
+    validation.write_text("env:\n  test_split: validation\n")  # a common env.test_tasks=6 goes over a file
+    methods = [
+        Method("webrl", "WebRL", "recipes.webrl", WebRLConfig),
+        Method("x", "X", "recipes.webrl", WebRLConfig, validation),
+    ]
+    with pytest.raises(ConfigError, match=r"methods webrl and x would be evaluated on different held-out tasks"):
+        Comparison(methods, tmp_path, [], quick, default_file=DEFAULT_CONFIG, environment=WANDB_ENVIRONMENT)
+
+
+def test_bad_arguments_stop_before_anything_runs(tmp_path):
+    for argv, message in (
+        (["--methods", "sft,bogus"], "unknown bogus"),
+        (["output_dir=x"], "set --output-root"),
+        (["actor.train.lr=-1"], "method sft: actor.train.lr"),
+        (["rolout.engine=hf"], "method sft: command-line override 'rolout.engine=hf'"),
+    ):
+        with pytest.raises(SystemExit, match=message):
+            compare.main(["--output-root", str(tmp_path / "cmp"), *argv])
+    assert not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.slow
+def test_the_whole_table_on_a_tiny_setting(tmp_path, model_cache, run_recipe, quick):
+    """Every method runs (tiny model, one phase, 6 held-out tasks), then a second command reuses them all."""
+    root = tmp_path / "cmp"
+    command = [compare.sys.executable, "-m", "recipes.compare", "--output-root", str(root)]
+    command += [f"model.cache_dir={model_cache}", *quick]
+    result = run_recipe(command, timeout=3600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    record = json.loads((root / "learning_table.json").read_text())
+    names = [method.name for method in compare.METHODS]
+    assert [row["method"] for row in record["methods"]] == names and record["missing"] == []
+    assert record["held_out"]["tasks"] == 6
+    for row in record["methods"]:
+        assert row["n"] == 6 and row["wall_source"] == "launches" and row["wall_s"] > 0
+        assert (row["vs_baseline"] or {}).get("tasks") == 6
+    filtered_bc = json.loads((root / "filtered_bc" / "config.json").read_text())
+    assert filtered_bc["filtered_bc"]["source_run"] == str(root / "webrl")
+    assert json.loads((root / "webrl_orm" / "config.json").read_text())["reward"]["source"] == "orm"
+    assert (root / "learning_table.md").read_text() in result.stdout
+
+    again = run_recipe(command, timeout=600)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert again.stdout.count("reusing") == len(names) and "[phase" not in again.stdout
+    assert json.loads((root / "learning_table.json").read_text()) == record

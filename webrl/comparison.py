@@ -1,0 +1,230 @@
+"""A comparison of methods: each a recipe with its config file, run once into `<output_root>/<method>`, then tabled.
+
+A method's run directory is reused when it already holds the method's final evaluation, so the
+command that builds the learning table can be rerun after a crash, with more methods, or only to
+rebuild the table. Every method gets the same common arguments (`--config FILE`, `key=value`), so one
+command tables the tiny default or SmolLM2 alike; a method's own file goes over the common ones and
+its own overrides (the reward source, where Filtered BC reads its rollouts, `output_dir`) come last, so
+no common argument can turn one method into another.
+
+Before anything runs, every method's config is resolved and checked here, exactly as its recipe will
+resolve it, so a bad key stops the whole comparison at once rather than after hours; each run directory
+that exists is checked against its `config.json` (a relaunch with other settings would stop anyway, and
+a reused result must not silently come from other settings); and all methods must draw the same
+held-out tasks. After the runs, the task sets are compared again on the outcomes themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from webrl.config import config_to_dict, load_config
+from webrl.config_checks import ConfigError
+from webrl.evaluation.identity import evaluation_settings
+from webrl.evaluation.learning_table import LearningTable
+from webrl.evaluation.run_results import RunResult, loop_result, recipe_result, record_launch
+from webrl.loop_config import WebRLConfig
+from webrl.run_config import check_run_config, keep_run_config
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of a comparison: which recipe, with which config file and overrides, and how the paper ranks it."""
+
+    name: str
+    label: str
+    recipe: str
+    """The module run as `python -m <recipe>`."""
+    schema: type[WebRLConfig]
+    """The recipe's config class, to resolve and check its config before it runs."""
+    config_file: Path | None = None
+    overrides: tuple[str, ...] = ()
+    """key=value after the common ones; `{root}` stands for the comparison's output root."""
+    evaluation: str = ""
+    """The `eval_<name>-<id>` name of a recipe's evaluation; empty for a WebRL run (its last phase's evaluation)."""
+    requires: str = ""
+    """A method whose run this one reads (Filtered BC filters WebRL's phase-1 rollouts)."""
+    reference: str = ""
+    """The method the paper ranks this one below (an ablation or baseline: full WebRL), when there is one."""
+    paper: str = ""
+    """The paper's finding for this method, as the table notes it."""
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """A method resolved for this comparison: its recipe's arguments, its checked config, its run directory."""
+
+    method: Method
+    argv: list[str]
+    config: WebRLConfig
+    run_dir: Path
+
+    @property
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", self.method.recipe, *self.argv]
+
+
+class Comparison:
+    """The methods of one comparison in `output_root`, resolved and checked; runs what is missing; builds the table."""
+
+    def __init__(
+        self,
+        methods: list[Method],
+        output_root: Path,
+        config_files: list[str],
+        overrides: list[str],
+        *,
+        default_file: Path,
+        environment: Mapping[str, str],
+    ) -> None:
+        for item in overrides:
+            if item.partition("=")[0].strip() == "output_dir":
+                raise ConfigError(f"{item!r}: each method runs in <output_root>/<method>; set --output-root instead")
+        self.output_root = Path(output_root)
+        known = set().union(*(_sections(method.schema) for method in methods))
+        self.runs = [
+            self._plan(method, config_files, overrides, known, default_file, environment) for method in methods
+        ]
+        self._require_same_held_out_tasks()
+
+    def _plan(
+        self,
+        method: Method,
+        config_files: list[str],
+        overrides: list[str],
+        known: set[str],
+        default_file: Path,
+        environment: Mapping[str, str],
+    ) -> PlannedRun:
+        """The method's argv (common files, its file, the common overrides for it, its own) and its checked config.
+
+        An override of a section only some methods have (`filtered_bc.*`) goes to those; one of a section
+        that no method has goes to all, so that their config check names the unknown key.
+        """
+        mine = [item for item in overrides if _section(item) in _sections(method.schema) or _section(item) not in known]
+        files = [*config_files, *([str(method.config_file)] if method.config_file else [])]
+        run_dir = self.output_root / method.name
+        own = [item.format(root=self.output_root) for item in method.overrides]
+        argv = [*(arg for path in files for arg in ("--config", path)), *mine, *own, f"output_dir={run_dir}"]
+        try:
+            config = load_config(method.schema, argv, default_file=default_file, environment=environment)
+        except (ConfigError, ValueError) as err:
+            raise ConfigError(f"method {method.name}: {err}") from None
+        return PlannedRun(method, argv, config, run_dir)
+
+    def _require_same_held_out_tasks(self) -> None:
+        """Every method's config draws the same held-out tasks (suite, split, count and, for a sample, the seed)."""
+
+        def held_out(config: WebRLConfig) -> tuple[object, ...]:
+            env = config.env
+            return env.suite, env.test_split, env.test_tasks, config.seed if env.test_tasks else None
+
+        first = self.runs[0]
+        for run in self.runs[1:]:
+            if held_out(run.config) != held_out(first.config):
+                names = "env.suite, env.test_split, env.test_tasks, seed"
+                raise ConfigError(
+                    f"methods {first.method.name} and {run.method.name} would be evaluated on different held-out "
+                    f"tasks ({names}: {held_out(first.config)} vs {held_out(run.config)})"
+                )
+
+    def check_run_dirs(self) -> None:
+        """Stop, naming the method and the keys, if an existing run directory was started with other settings."""
+        for run in self.runs:
+            try:
+                check_run_config(run.run_dir, config_to_dict(run.config), run.config.resume.allow_changes)
+            except ConfigError as err:
+                raise ConfigError(f"method {run.method.name}: {err}") from None
+
+    def result(self, run: PlannedRun) -> RunResult | None:
+        """The method's final evaluation with its config's settings, or None while it has none."""
+        config = run.config
+        if not run.method.evaluation:
+            return loop_result(
+                run.method.name, run.run_dir, config.phases, suite=config.env.suite, split=config.env.test_split
+            )
+        return recipe_result(run.method.name, run.run_dir, run.method.evaluation, evaluation_settings(config))
+
+    def run_missing(self, *, reuse_only: bool = False) -> None:
+        """Run, in order, each method without a final evaluation (none with `reuse_only`); a failed run stops it all."""
+        self.check_run_dirs()
+        for run in self.runs:
+            name = run.method.name
+            if self.result(run) is not None:
+                print(f"[compare] {name}: reusing {run.run_dir}", flush=True)
+                continue
+            if reuse_only:
+                print(f"[compare] {name}: no finished evaluation in {run.run_dir} (--reuse-only: not run)", flush=True)
+                continue
+            print(f"[compare] {name}: running {' '.join(run.command)}", flush=True)
+            if run.method.evaluation:
+                # The SFT and evaluation recipes keep no config.json themselves; the comparison keeps one for them.
+                keep_run_config(run.run_dir, config_to_dict(run.config), run.config.resume.allow_changes)
+            started = time.monotonic()
+            returncode = subprocess.run(run.command, check=False).returncode
+            record_launch(run.run_dir, run.command, time.monotonic() - started, returncode)
+            if returncode != 0:
+                raise RuntimeError(f"method {name} failed (exit status {returncode}): {' '.join(run.command)}")
+            if self.result(run) is None:
+                raise RuntimeError(f"method {name} ended without its final evaluation in {run.run_dir}")
+
+    def table(self, shown: list[str]) -> LearningTable:
+        """The learning table of the methods in `shown` (in this comparison's order) that have a final evaluation."""
+        runs = [run for run in self.runs if run.method.name in shown]
+        results = [result for result in map(self.result, runs) if result is not None]
+        methods = {run.method.name: run.method for run in self.runs}
+        return LearningTable.build(
+            results,
+            train_templates(self.runs[0].config),
+            labels={name: method.label for name, method in methods.items()},
+            references=self._references(),
+            paper={name: method.paper for name, method in methods.items()},
+            missing=[run.method.name for run in runs],
+        )
+
+    def _references(self) -> dict[str, str]:
+        """Each ablation's or baseline's reference: of the full variants of the method it names (those naming none,
+        run by the same recipe), the one with its reward source, since an ablation keeps the common reward source.
+        """
+        by_name = {run.method.name: run for run in self.runs}
+        references: dict[str, str] = {}
+        for run in self.runs:
+            named = by_name.get(run.method.reference)
+            if named is None:
+                continue
+            variants = [other for other in self.runs if other.method.recipe == named.method.recipe]
+            matching = [
+                other.method.name
+                for other in variants
+                if not other.method.reference and other.config.reward.source == run.config.reward.source
+            ]
+            references[run.method.name] = matching[0] if matching else named.method.name
+        return references
+
+
+def _section(override: str) -> str:
+    """The top-level section of a key=value override: `actor` for `actor.train.lr=1e-5`."""
+    return override.partition("=")[0].strip().split(".")[0]
+
+
+def _sections(schema: type) -> set[str]:
+    return {item.name for item in dataclasses.fields(schema)}
+
+
+def train_templates(config: WebRLConfig) -> set[int]:
+    """Template ids of the train split: the held-out tasks' templates among them are the ones training saw."""
+    if config.env.suite == "embedded":
+        from webrl.env.splits import load_split
+
+        tasks = load_split(config.env.train_split)
+    else:
+        from webrl.env.tasks import load_tasks
+
+        tasks = load_tasks(Path(config.env.suite) / config.env.train_split)
+    return {task.intent_template_id for task in tasks if task.intent_template_id is not None}

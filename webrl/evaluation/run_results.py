@@ -1,0 +1,123 @@
+"""A run directory's final held-out evaluation, read back for a comparison: per-task outcomes, from where, how long.
+
+Two kinds of runs end in an evaluation. A WebRL run (`recipes.webrl`) evaluates after every phase into
+`phase_NNN/eval.rankR.jsonl`; its result is the last phase's, once `run_state.json` marks that phase's
+evaluation done. The SFT and Filtered BC recipes evaluate one checkpoint through `recipes.evaluate` into
+`eval_<name>-<id>.json` (written last, so its presence means the evaluation finished) beside the
+trajectories `.jsonl`; a run directory can hold evaluations made with other settings, so the one read is
+the newest whose recorded settings (split, task count, seed, sampling: `identity`) are the config's.
+
+The wall time comes from `launches.json`, which a comparison writes when it runs a method (every launch,
+with its duration, resumed launches included); without it, a WebRL run's phase times are summed (they
+leave out the cached SFT and ORM builds and the process start-up).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from webrl.data.trajectory import read_trajectories
+from webrl.evaluation.breakdown import TaskOutcome
+from webrl.evaluation.identity import CHECKPOINT_KEYS
+from webrl.evaluation.outcomes import success_map, task_outcomes
+from webrl.run_layout import RunLayout
+from webrl.run_state import RunState, write_json_atomic
+
+LAUNCHES_FILE = "launches.json"
+"""In a method's run directory: each launch a comparison made of it (command, seconds, exit status)."""
+WALL_FROM_LAUNCHES, WALL_FROM_PHASES = "launches", "phases"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One method's final evaluation on the held-out tasks."""
+
+    method: str
+    outcomes: list[TaskOutcome]
+    """Each evaluated task's site, template and success."""
+    source: str
+    """The file the outcomes were read from (for a sharded WebRL evaluation, its first rank's)."""
+    suite: str
+    split: str
+    """The suite and split the tasks were drawn from: equal task ids of two splits are different tasks."""
+    wall_s: float | None = None
+    """Seconds the method's run took, when known."""
+    wall_source: str = ""
+    """Where `wall_s` comes from: `launches` (timed by the comparison), `phases` (the run's phase times), or ''."""
+
+    @property
+    def successes(self) -> dict[str, bool]:
+        """task id -> success, the form the paired test takes."""
+        return success_map(self.outcomes)
+
+
+def loop_result(method: str, run_dir: Path, phase: int, *, suite: str, split: str) -> RunResult | None:
+    """The evaluation of `phase` of a WebRL run in `run_dir` (its last phase), or None while it is not done."""
+    layout = RunLayout(run_dir)
+    if not layout.state_path.exists():
+        return None
+    state = RunState.load(layout.state_path)
+    if not state.is_done(phase, "evaluate"):
+        return None
+    wall_s, wall_source = launch_seconds(run_dir), WALL_FROM_LAUNCHES
+    if wall_s is None:
+        phase_times = [record.get("time/phase_s") for record in state.history]
+        if phase_times and all(isinstance(value, (int, float)) for value in phase_times):
+            wall_s, wall_source = float(sum(phase_times)), WALL_FROM_PHASES
+    return RunResult(
+        method,
+        task_outcomes(layout.evaluations(phase)),
+        str(layout.eval_path(phase, 0)),
+        suite,
+        split,
+        wall_s,
+        wall_source if wall_s is not None else "",
+    )
+
+
+def recipe_result(method: str, run_dir: Path, name: str, settings: dict[str, Any]) -> RunResult | None:
+    """The newest finished `eval_<name>-<id>` evaluation in `run_dir` made with `settings`, or None if there is none.
+
+    `settings` is `webrl.evaluation.identity.evaluation_settings` of the method's config: an evaluation
+    recorded with other settings (another split, task count, seed or sampling) is never read.
+    """
+    matching = []
+    for path in Path(run_dir).glob(f"eval_{name}-*.json"):
+        identity = json.loads(path.read_text(encoding="utf-8")).get("identity", {})
+        recorded = {key: value for key, value in identity.items() if key not in CHECKPOINT_KEYS}
+        if recorded == settings and path.with_suffix(".jsonl").is_file():
+            matching.append(path)
+    if not matching:
+        return None
+    path = max(matching, key=lambda candidate: candidate.stat().st_mtime)
+    trajectories = path.with_suffix(".jsonl")
+    wall_s = launch_seconds(run_dir)
+    return RunResult(
+        method,
+        task_outcomes(read_trajectories(trajectories)),
+        str(trajectories),
+        str(settings["suite"]),
+        str(settings["split"]),
+        wall_s,
+        WALL_FROM_LAUNCHES if wall_s is not None else "",
+    )
+
+
+def launch_seconds(run_dir: Path) -> float | None:
+    """The summed duration of the launches recorded in `run_dir/launches.json`, or None without that file."""
+    path = Path(run_dir) / LAUNCHES_FILE
+    if not path.is_file():
+        return None
+    return float(sum(launch["seconds"] for launch in json.loads(path.read_text(encoding="utf-8"))))
+
+
+def record_launch(run_dir: Path, command: list[str], seconds: float, returncode: int) -> None:
+    """Append one launch of a method (its command, how long it ran, its exit status) to `run_dir/launches.json`."""
+    path = Path(run_dir) / LAUNCHES_FILE
+    launches = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    launch = {"command": command, "seconds": seconds, "returncode": returncode, "ended": time.strftime("%FT%T%z")}
+    write_json_atomic(path, [*launches, launch])
