@@ -41,6 +41,7 @@ from webrl.data.replay import ReplayBuffer, filter_by_perplexity
 from webrl.data.steps import StepSample, read_samples, write_samples
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.inference.engine import InferenceEngine, ReloadableEngine
+from webrl.inference.rollout_metrics import rollout_counts
 from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, errored, success_by_site
@@ -193,9 +194,11 @@ class PhaseLoop:
         self._sync_engine(self.actor_dir(phase))
         out = self.layout.rollouts_path(phase, self.fabric.global_rank)
         seed = stage_seed(self.config.seed, phase, "rollouts") + self.fabric.global_rank
-        _, metrics = self.env.run_episodes(
+        trajectories, metrics = self.env.run_episodes(
             self.engine, tasks, out, phase=phase, evaluation=False, seed=seed, prompt_builder=self._prompt_builder()
         )
+        # Counts over every episode of the shard, those a crashed attempt had finished included.
+        metrics = {**metrics, **rollout_counts(trajectories)}
         return {f"rollout/{k.split('/', 1)[-1]}": v for k, v in metrics.items()}
 
     def _labels(self, phase: int) -> dict[str, float]:
