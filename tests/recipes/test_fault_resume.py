@@ -10,8 +10,10 @@ samples, critic weights and per-phase metrics (wall-time figures, trajectory ids
 aside). Rollouts use one episode at a time so that the same seed gives the same episodes.
 
 `stages`: `stage:<phase>:<stage>:written` (outputs and metrics written, not marked done) and
-`:marked` for each of the 9 stages of both phases: 36 faults. `writes`: the first atomic write of
-each file of the run directory, faulted between its fsynced temp file and its rename.
+`:marked` for each of the 9 stages of both phases: 36 faults. `writes`: every atomic write into the
+run directory (run_state.json only once: its other writes are the stage marks), faulted between its
+fsynced temp file and its rename; a later write of the same file (phases.csv, the buffer's manifest)
+is reached by the resume from the point before it, so the fault lands on that one.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def _chain_points(log: Path, reference_dir: Path, run_dir: Path, kind: str) -> l
     for point in points:
         if point.startswith(prefix):
             aimed = f"write:{run_dir.as_posix()}/{point[len(prefix) :]}"
-            if aimed not in chosen:
+            # run_state.json is written at every stage's mark, which the `stages` chain covers: once here.
+            if not (aimed.endswith("/run_state.json") and aimed in chosen):
                 chosen.append(aimed)
     return chosen
 
