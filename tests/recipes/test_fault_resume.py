@@ -106,7 +106,7 @@ def _reference(model_cache: Path, recipe_command) -> tuple[Path, Path]:
         run_dir, log = model_cache.parent / "reference_run", model_cache.parent / "reference_points.txt"
         command = recipe_command("recipes.webrl", run_dir, model_cache, *DETERMINISTIC)
         result = subprocess.run(
-            command, cwd=REPO, env=_env(**{FAULT_LOG_ENV: str(log)}), capture_output=True, text=True, timeout=1800
+            command, cwd=REPO, env=_env(**{FAULT_LOG_ENV: str(log)}), capture_output=True, text=True, timeout=3600
         )
         assert result.returncode == 0, result.stderr[-4000:]
         _REFERENCE[model_cache] = (run_dir, log)
@@ -132,12 +132,12 @@ def test_a_fault_at_every_point_then_resume_ends_as_the_uninterrupted_run(tmp_pa
     started = time.perf_counter()
     for point in points:
         result = subprocess.run(
-            command, cwd=REPO, env=_env(**{FAULT_ENV: point}), capture_output=True, text=True, timeout=1800
+            command, cwd=REPO, env=_env(**{FAULT_ENV: point}), capture_output=True, text=True, timeout=3600
         )
         assert result.returncode == FAULT_EXIT_CODE, (
             f"{point}: not reached (exit {result.returncode})\n" + (result.stderr[-4000:])
         )
-    final = subprocess.run(command, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=1800)
+    final = subprocess.run(command, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=3600)
     assert final.returncode == 0, final.stderr[-4000:]
     print(f"\n{kind}: {len(points)} faults and resumes in {time.perf_counter() - started:.0f} s: {points}")
 
