@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from recipes.webrl import engine_options, recipe_config
+from webrl.data.atomic_io import write_json_atomic, write_text_atomic
 from webrl.evaluation.identity import evaluation_identity, identity_tag
 from webrl.evaluation.outcomes import Baseline, load_baseline
 from webrl.evaluation.report import evaluation_statistics
@@ -36,7 +37,6 @@ from webrl.inference.engine import build_engine
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import success_by_site
 from webrl.report import format_site_table
-from webrl.run_state import write_json_atomic
 from webrl.web_environment import WebEnvironment
 
 HELP_KEYS = ("output_dir", "seed", "model.actor", "env", "rollout")
@@ -68,7 +68,7 @@ def evaluate_checkpoint(
     statistics, markdown = evaluation_statistics(trajectories, seen_templates, title, baseline)
     record = {"checkpoint": str(checkpoint), "identity": identity, **metrics, **rollout_metrics, **statistics}
     write_json_atomic(out_dir / f"{stem}.json", record)
-    (out_dir / f"{stem}.md").write_text(markdown, encoding="utf-8")
+    write_text_atomic(out_dir / f"{stem}.md", markdown)
     print(format_site_table(metrics, title))
     print(markdown)
     print(f"results: {out_dir / stem}.json (.md, .jsonl)")

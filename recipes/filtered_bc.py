@@ -20,10 +20,11 @@ from recipes.evaluate import evaluate_checkpoint
 from recipes.filtered_bc_config import FilteredBCRunConfig
 from recipes.webrl import keep_config, launch_fabric, recipe_config
 from webrl.baselines import phase_rollouts, top_scored
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import is_success
 from webrl.report import format_comparison
 from webrl.run_layout import RunLayout
-from webrl.run_state import RunState, write_json_atomic
+from webrl.run_state import RunState
 from webrl.supervised import ensure_sft, is_built, train_sft
 from webrl.web_environment import WebEnvironment
 

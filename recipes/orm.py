@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 from recipes.webrl import engine_options, launch_fabric, recipe_config
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
 from webrl.inference.engine import build_engine
 from webrl.metrics import agreement, success_by_site
 from webrl.modules.orm import orm_scorer
-from webrl.run_state import write_json_atomic
 from webrl.supervised import ensure_orm, ensure_sft
 from webrl.web_environment import WebEnvironment
 

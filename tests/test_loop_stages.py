@@ -5,10 +5,15 @@ The stages are stubbed on the instance: no browser, engine or model is started.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import csv
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from sample_records import build_trajectory
+
 from webrl.config import load_config
+from webrl.data.atomic_io import write_json_atomic
+from webrl.data.trajectory import write_trajectories
 from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
 from webrl.run_state import STAGES, RunState
@@ -60,3 +65,39 @@ def test_a_resumed_run_skips_the_stages_marked_done(tmp_path):
     stubbed_loop(tmp_path, calls).run()
     assert calls == [(1, stage) for stage in STAGES[3:]]
     assert RunState.load(layout_state).phase == 2
+
+
+@dataclass
+class LoggingProcess(SingleProcess):
+    """SingleProcess plus what `_checkpoint` calls: Fabric's metric logging (recorded) and no W&B loggers."""
+
+    logged: list[tuple[dict[str, float], int]] = field(default_factory=list)
+    loggers: list[object] = field(default_factory=list)
+
+    def log_dict(self, metrics: dict[str, float], step: int) -> None:
+        self.logged.append((metrics, step))
+
+
+def test_a_checkpoint_redone_after_a_crash_rewrites_its_row_instead_of_adding_one(tmp_path):
+    """The window of issue #17: phases.csv written, the checkpoint not yet marked done; the resume redoes it."""
+    config = load_config(WebRLConfig, [f"output_dir={tmp_path / 'run'}", "phases=1"])
+    fabric = LoggingProcess()
+    loop = PhaseLoop(config, fabric, None, None, sft_dir=tmp_path / "sft", orm_dir=None, demonstrations=[])
+    layout = loop.layout
+    write_trajectories(layout.labelled_path(0), [build_trajectory("a")])
+    write_json_atomic(layout.metrics_path(0, "labels"), {"train/success_rate": 0.5, "time/labels_s": 2.0})
+    crashed = RunState(phase=0, done=list(STAGES[:-1]))
+    crashed.save(layout.state_path)
+    loop.state = RunState.load(layout.state_path)
+    loop._checkpoint(0)
+    crashed.save(layout.state_path)  # as if the process died after phases.csv, before run_state.json
+    write_json_atomic(layout.metrics_path(0, "labels"), {"train/success_rate": 0.75, "time/labels_s": 3.0})
+    PhaseLoop(config, fabric, None, None, sft_dir=tmp_path / "sft", orm_dir=None, demonstrations=[])._checkpoint(0)
+
+    with layout.phases_csv.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(row["phase"], row["train/success_rate"], row["time/phase_s"]) for row in rows] == [("0", "0.75", "3.0")]
+    state = RunState.load(layout.state_path)
+    assert state.phase == 1 and state.done == []
+    assert [record["train/success_rate"] for record in state.history] == [0.75]
+    assert [step for _, step in fabric.logged] == [99_999, 99_999]

@@ -7,9 +7,13 @@ on the training tasks, rollouts are labelled, the replay buffer starts with the 
 and phase 0's successes, and its failures seed phase 1's curriculum; nothing is trained in it, and
 its evaluation is the SFT baseline.
 
-Every stage writes its outputs atomically into `phase_NNN/` and only then is marked done in
-`run_state.json` (`webrl.run_state`), so after a kill at any point the same command redoes at
-most the stage in flight; rollouts even keep the episodes that had finished. Rollouts are sharded
+Every stage writes its outputs atomically (`webrl.data.atomic_io`: temp file, fsync, rename, directory
+fsync) into `phase_NNN/` and only then is marked done in `run_state.json` (`webrl.run_state`), so after a
+kill at any point the same command redoes at most the stage in flight; rollouts even keep the episodes
+that had finished. A redone stage ends as the first attempt would have: the replay buffer and
+`phases.csv` are keyed by phase (rewritten, never appended twice), and the replay filter reads only the
+phases before its own. `WEBRL_FAULT` ends the process at a named stage boundary or inside a named
+atomic write, for the crash tests (`webrl.data.atomic_io`). Rollouts are sharded
 across ranks (each rank runs its own browser and engine on its share of the tasks and writes its
 own file); every collective (training, weight gathering) runs on all ranks.
 """
@@ -21,6 +25,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,7 @@ import torch
 from lightning.fabric import Fabric
 
 from webrl.curriculum.phase import generator_engine, needs_generator, phase_tasks, top_up
+from webrl.data.atomic_io import atomic_write, fault_point, write_json_atomic
 from webrl.data.datamodule import ReplayDataModule
 from webrl.data.labels import label_with_orm
 from webrl.data.prompts import uses_chat_template
@@ -35,6 +41,7 @@ from webrl.data.replay import ReplayBuffer, filter_by_perplexity
 from webrl.data.steps import StepSample, read_samples, write_samples
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.inference.engine import InferenceEngine, ReloadableEngine
+from webrl.inference.rollout_metrics import rollout_counts
 from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, errored, success_by_site
@@ -43,9 +50,9 @@ from webrl.modules.critic import CriticModule
 from webrl.modules.lm import actor_scorer
 from webrl.modules.orm import orm_scorer
 from webrl.run_layout import RunLayout
-from webrl.run_state import RunState, seed_everything_for, stage_seed, write_json_atomic
+from webrl.run_state import RunState, seed_everything_for, stage_seed
 from webrl.supervised import save_model_dir
-from webrl.tracking import append_csv, log_trajectory_table
+from webrl.tracking import log_trajectory_table, write_phase_row
 from webrl.training import StageSettings, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
@@ -187,9 +194,11 @@ class PhaseLoop:
         self._sync_engine(self.actor_dir(phase))
         out = self.layout.rollouts_path(phase, self.fabric.global_rank)
         seed = stage_seed(self.config.seed, phase, "rollouts") + self.fabric.global_rank
-        _, metrics = self.env.run_episodes(
+        trajectories, metrics = self.env.run_episodes(
             self.engine, tasks, out, phase=phase, evaluation=False, seed=seed, prompt_builder=self._prompt_builder()
         )
+        # Counts over every episode of the shard, those a crashed attempt had finished included.
+        metrics = {**metrics, **rollout_counts(trajectories)}
         return {f"rollout/{k.split('/', 1)[-1]}": v for k, v in metrics.items()}
 
     def _labels(self, phase: int) -> dict[str, float]:
@@ -219,7 +228,7 @@ class PhaseLoop:
         kept: list[StepSample] = []
         if self.config.replay.enabled and phase > 0:
             experience = sample_by_steps(
-                list(self.demonstrations) + self.replay.trajectories(),
+                list(self.demonstrations) + self.replay.trajectories(before=phase),
                 self.config.replay.max_scored_steps,
                 stage_seed(self.config.seed, phase, "replay"),
             )
@@ -262,7 +271,7 @@ class PhaseLoop:
         )
         state = full_state_dict(module, merge_lora=False)  # a collective under sharding: every rank calls it
         if self.fabric.is_global_zero:
-            _save_atomic(state, self.layout.critic_path(phase))
+            atomic_write(self.layout.critic_path(phase), partial(torch.save, state))
         self.fabric.barrier()
         return metrics
 
@@ -367,7 +376,9 @@ class PhaseLoop:
         """Save the stage's metrics, then mark it done (rank 0), then let every rank see the new state."""
         if self.fabric.is_global_zero:
             write_json_atomic(self.layout.metrics_path(phase, stage), metrics)
+            fault_point(f"stage:{phase}:{stage}:written")
             self.state.mark(phase, stage, self.layout.state_path)
+            fault_point(f"stage:{phase}:{stage}:marked")
         self.fabric.barrier()
         self.state = RunState.load(self.layout.state_path)
 
@@ -378,28 +389,27 @@ class PhaseLoop:
         return record
 
     def _checkpoint(self, phase: int) -> None:
-        """Close the phase: its record goes to W&B, phases.csv and run_state.json, in that order."""
+        """Close the phase: its record goes to W&B, phases.csv and run_state.json, in that order.
+
+        phases.csv and the history are keyed by phase, so a checkpoint redone after a crash between
+        them replaces the phase's row and record instead of adding a second one.
+        """
         record = self._phase_record(phase)
         record["time/phase_s"] = sum(v for k, v in record.items() if k.startswith("time/") and k.endswith("_s"))
         if self.fabric.is_global_zero:
             # Phase records sit after both training stages on the step axis, so W&B steps stay monotonic.
             numeric = {k: v for k, v in record.items() if isinstance(v, (int, float))}
             self.fabric.log_dict(numeric, step=phase * PHASE_STEPS + PHASE_STEPS - 1)
-            append_csv(self.layout.phases_csv, record)
+            write_phase_row(self.layout.phases_csv, record)
             log_trajectory_table(
                 self.fabric.loggers, phase, self.layout.labelled(phase), self.config.tracking.sample_trajectories
             )
-            self.state.history.append(record)
+            fault_point(f"stage:{phase}:checkpoint:written")
+            self.state.history = [kept for kept in self.state.history if kept.get("phase") != phase] + [record]
             self.state.mark(phase, "checkpoint", self.layout.state_path)
+            fault_point(f"stage:{phase}:checkpoint:marked")
         self.fabric.barrier()
         self.state = RunState.load(self.layout.state_path)
-
-
-def _save_atomic(state: dict[str, torch.Tensor], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
 
 
 def sample_by_steps(trajectories: list[Trajectory], max_steps: int, seed: int) -> list[Trajectory]:

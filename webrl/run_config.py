@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from webrl.config_checks import ConfigError, require
+from webrl.data.atomic_io import write_json_atomic
 from webrl.run_layout import RunLayout
-from webrl.run_state import RunState, write_json_atomic
+from webrl.run_state import RunState
 
 ABSENT = object()
 """Stands for a key that one of the two configs lacks (a key added to the schema since the run started)."""

@@ -14,12 +14,9 @@ import json
 import os
 from pathlib import Path
 
-from webrl.data.trajectory import Task, Trajectory, read_trajectories
+from webrl.data.trajectory import Task, Trajectory, phase_name, read_trajectories
 
-
-def phase_name(phase: int) -> str:
-    """`phase_NNN`: zero-padded so that the phase directories sort in phase order."""
-    return f"phase_{phase:03d}"
+__all__ = ["RunLayout", "phase_name"]
 
 
 class RunLayout:

@@ -16,19 +16,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from webrl.data.atomic_io import write_json_atomic
+
 STAGES = ("curriculum", "rollouts", "labels", "replay", "critic", "actor", "sync", "evaluate", "checkpoint")
-
-
-def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    """Write JSON to a temp file, fsync it, then rename over `path`: readers see old or new, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def stage_seed(seed: int, phase: int, stage: str) -> int:

@@ -22,13 +22,13 @@ from typing import Any
 
 from lightning.fabric import Fabric
 
+from webrl.data.atomic_io import publish_dir, write_json_atomic, write_text_atomic
 from webrl.data.datamodule import ReplayDataModule
 from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
 from webrl.data.trajectory import Trajectory, is_full_score, is_success, read_trajectories, write_trajectories
 from webrl.loop_config import WebRLConfig
 from webrl.modules.orm import OutcomeRewardModule
 from webrl.modules.sft import SFTModule
-from webrl.run_state import write_json_atomic
 from webrl.training import StageSettings, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
@@ -48,11 +48,9 @@ def is_built(path: Path) -> bool:
 
 
 def _publish(tmp: Path, target: Path, info: dict[str, Any]) -> Path:
-    """Mark `tmp` complete and move it to `target` in one rename, so a half-built dir is never used."""
+    """Mark `tmp` complete and move it to `target` in one rename (files fsynced): a half-built dir is never used."""
     write_json_atomic(tmp / DONE_MARKER, info)
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
-    return target
+    return publish_dir(tmp, target)
 
 
 def save_model_dir(fabric: Fabric, model: Any, tokenizer: Any, target: Path, info: dict[str, Any]) -> Path:
@@ -108,7 +106,7 @@ def collect_demonstrations(
         for trajectory in trajectories:
             _label_with_outcome(trajectory)
         write_trajectories(out_path, trajectories)
-        done_marker.touch()
+        write_text_atomic(done_marker, "")
     trajectories = read_trajectories(out_path)
     successes = [t for t in trajectories if is_full_score(t.eval_reward or 0.0)]
     if len(successes) < len(trajectories):

@@ -9,6 +9,7 @@ key and no network (`wandb sync` uploads it later).
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import netrc
 import os
@@ -20,6 +21,7 @@ from urllib.parse import urlparse
 from lightning.fabric.loggers import CSVLogger
 
 from webrl.config_checks import at_least, one_of, require
+from webrl.data.atomic_io import write_text_atomic
 from webrl.data.trajectory import Trajectory
 from webrl.run_layout import phase_name
 
@@ -100,28 +102,32 @@ def build_loggers(run_dir: Path, tracking: TrackingConfig, config: dict[str, Any
         config=config,
     )
     if run_id is None:
-        id_file.parent.mkdir(parents=True, exist_ok=True)
-        id_file.write_text(logger.experiment.id)
+        write_text_atomic(id_file, logger.experiment.id)
     loggers.append(logger)
     return loggers
 
 
-def append_csv(path: Path, record: dict[str, Any]) -> None:
-    """Append one row; the header is the union of keys seen so far (the file is rewritten if it grows)."""
+def write_phase_row(path: Path, record: dict[str, Any]) -> None:
+    """Put `record` in the CSV as the row of its phase: a new row, or the replacement of that phase's row.
+
+    Keyed by `record["phase"]`, so a checkpoint redone after a crash rewrites its row rather than adding
+    a second one. The header is the union of the keys seen so far; the whole file is rewritten atomically.
+    """
     rows: list[dict[str, Any]] = []
     if path.exists():
         with path.open(newline="", encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle))
-    rows.append({key: _scalar(value) for key, value in record.items()})
+    row = {key: _scalar(value) for key, value in record.items()}
+    rows = [old for old in rows if str(old.get("phase")) != str(row["phase"])] + [row]
+    rows.sort(key=lambda r: int(r["phase"]))
     header: list[str] = []
-    for row in rows:
-        header.extend(key for key in row if key not in header)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=header)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
+    for each in rows:
+        header.extend(key for key in each if key not in header)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=header)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(path, text.getvalue())
 
 
 def _scalar(value: Any) -> Any:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from webrl.curriculum.filters import normalise_intent
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import Task
 
 STATE_FILE = "curriculum_state.json"
@@ -85,15 +86,7 @@ class CurriculumState:
 
     def save(self, phase_dir: str | os.PathLike) -> Path:
         """Write `<phase_dir>/curriculum_state.json` atomically; return its path."""
-        path = Path(phase_dir) / STATE_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
-            json.dump(self.to_dict(), handle, ensure_ascii=False, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        return path
+        return write_json_atomic(Path(phase_dir) / STATE_FILE, self.to_dict(), indent=1, sort_keys=False)
 
     @classmethod
     def load(cls, phase_dir: str | os.PathLike) -> CurriculumState:

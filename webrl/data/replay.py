@@ -1,10 +1,13 @@
 """Durable replay buffer of earlier phases' trajectories, and WebRL's experience filter.
 
 The buffer lives on disk, one directory per phase (`phase_000/trajectories.jsonl`) plus a
-`manifest.json` listing the phases that were completely written. Each phase file is written to a
-temp file and renamed, then the manifest is replaced atomically, so a crash leaves either the old
-buffer or the new one, never a half-added phase; reopening the directory restores the buffer.
-The trajectories keep all their labels (ORM score and reward, evaluator reward, outcome).
+`manifest.json` listing the phases that were completely written. Each phase file is written
+atomically (`webrl.data.atomic_io`), then the manifest, so a crash leaves either the old buffer or
+the new one, never a half-added phase; reopening the directory restores the buffer. Adding a phase
+is keyed by the phase: a replayed stage rewrites that phase's file and entry and never duplicates
+them. A buffer whose manifest is gone while phase files remain is rebuilt from those files (each
+was complete before it was listed), with a warning. The trajectories keep all their labels (ORM
+score and reward, evaluator reward, outcome).
 
 The filter (docs/method.md §6.2, release `process_data.py` stage 2) decides which replayed steps join the
 current phase's training data: successful trajectories only, the first success per task (by
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +32,14 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from webrl.config_checks import positive, require, within
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.steps import DEFAULT_GAMMA, StepSample, trajectory_to_samples
-from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, read_trajectories, write_trajectories
+from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, phase_name, read_trajectories, write_trajectories
 
 MANIFEST_VERSION = 1
+
+PHASE_FILE = "trajectories.jsonl"
+"""A phase's trajectories, in the phase's directory (`phase_name`) of the buffer."""
 
 Scorer = Callable[[list[str], list[str]], list[float]]
 """score(prompts, actions) -> geometric-mean action-token probability of each (prompt, action)."""
@@ -94,10 +102,10 @@ class ReplayBuffer:
         return sorted(int(phase) for phase in self._manifest["phases"])
 
     def phase_path(self, phase: int) -> Path:
-        return self.root / f"phase_{phase:03d}" / "trajectories.jsonl"
+        return self.root / phase_name(phase) / PHASE_FILE
 
     def add_phase(self, phase: int, trajectories: Iterable[Trajectory], *, overwrite: bool = False) -> Path:
-        """Store `trajectories` as phase `phase`; re-adding a phase needs `overwrite=True`."""
+        """Store `trajectories` as phase `phase`; re-adding a phase needs `overwrite=True` and replaces it whole."""
         if phase < 0:
             raise ValueError(f"phase must be >= 0, got {phase}")
         if str(phase) in self._manifest["phases"] and not overwrite:
@@ -105,19 +113,27 @@ class ReplayBuffer:
         trajectories = list(trajectories)
         path = self.phase_path(phase)
         write_trajectories(path, trajectories)
-        successes = sum(1 for t in trajectories if t.succeeded)
-        self._manifest["phases"][str(phase)] = {
-            "file": str(path.relative_to(self.root)),
-            "trajectories": len(trajectories),
-            "steps": sum(len(t.steps) for t in trajectories),
-            "successes": successes,
-        }
+        self._manifest["phases"][str(phase)] = self._entry(path, trajectories)
         self._write_manifest()
         return path
 
-    def trajectories(self, phase: int | None = None) -> list[Trajectory]:
-        """The trajectories of one phase, or of every phase in phase order when `phase` is None."""
+    def _entry(self, path: Path, trajectories: list[Trajectory]) -> dict[str, Any]:
+        return {
+            "file": path.relative_to(self.root).as_posix(),
+            "trajectories": len(trajectories),
+            "steps": sum(len(t.steps) for t in trajectories),
+            "successes": sum(1 for t in trajectories if t.succeeded),
+        }
+
+    def trajectories(self, phase: int | None = None, *, before: int | None = None) -> list[Trajectory]:
+        """The trajectories of one phase, or of every phase in phase order when `phase` is None.
+
+        `before` keeps only the phases below it: what the buffer held when that phase began, even when
+        a crash left that phase itself already added.
+        """
         phases = self.phases() if phase is None else [phase]
+        if before is not None:
+            phases = [p for p in phases if p < before]
         out: list[Trajectory] = []
         for p in phases:
             entry = self._manifest["phases"].get(str(p))
@@ -135,7 +151,7 @@ class ReplayBuffer:
 
     def _read_manifest(self) -> dict[str, Any]:
         if not self.manifest_path.exists():
-            return {"version": MANIFEST_VERSION, "phases": {}}
+            return self._rebuild_manifest()
         try:
             manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
@@ -144,13 +160,26 @@ class ReplayBuffer:
             raise ValueError(f"{self.manifest_path}: not a replay manifest of version {MANIFEST_VERSION}")
         return manifest
 
+    def _rebuild_manifest(self) -> dict[str, Any]:
+        """The manifest of the phase files on disk: none for a new buffer; a warning when there were some."""
+        manifest: dict[str, Any] = {"version": MANIFEST_VERSION, "phases": {}}
+        found = sorted(self.root.glob(f"phase_*/{PHASE_FILE}"))
+        if not found:
+            return manifest
+        for path in found:
+            phase = int(path.parent.name.removeprefix("phase_"))
+            manifest["phases"][str(phase)] = self._entry(path, read_trajectories(path))
+        warnings.warn(
+            f"{self.manifest_path} is missing; rebuilt it from {len(found)} phase files "
+            f"(phases {sorted(int(p) for p in manifest['phases'])})",
+            stacklevel=3,
+        )
+        self._manifest = manifest
+        self._write_manifest()
+        return manifest
+
     def _write_manifest(self) -> None:
-        tmp = self.manifest_path.with_suffix(".json.tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
-            json.dump(self._manifest, handle, indent=2, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.manifest_path)
+        write_json_atomic(self.manifest_path, self._manifest)
 
 
 def select_successes(

@@ -13,15 +13,14 @@ end; the next state of the last step is its own page with its own action appende
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from webrl.data.atomic_io import JsonlError, read_jsonl, write_jsonl_atomic
 from webrl.data.prompts import DEFAULT_MAX_CHARS, build_actor_prompt
-from webrl.data.trajectory import Trajectory, TrajectoryFileError, is_success, write_jsonl_atomic
+from webrl.data.trajectory import Trajectory, TrajectoryFileError, is_success
 
 DEFAULT_GAMMA = 0.9
 """Discount γ of each step's mc_return and of the actor's advantage (`AdvantageConfig.gamma`): the one default of γ,
@@ -164,16 +163,16 @@ def write_samples(path: str | os.PathLike, samples: Iterable[StepSample]) -> Non
 
 
 def iter_samples(path: str | os.PathLike) -> Iterator[StepSample]:
-    """Read a step-sample JSONL file; a bad line is an error naming the file and line."""
-    path = Path(path)
-    with path.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield StepSample.from_dict(json.loads(line))
-            except (json.JSONDecodeError, TypeError) as err:
-                raise TrajectoryFileError(f"{path}:{number}: not a step-sample record ({err})") from err
+    """Read a step-sample JSONL file; a torn last line is dropped with a warning, any other bad line is an error."""
+    try:
+        records, _ = read_jsonl(path)
+    except JsonlError as err:
+        raise TrajectoryFileError(str(err)) from err
+    for number, data in records:
+        try:
+            yield StepSample.from_dict(data)
+        except (AttributeError, TypeError) as err:
+            raise TrajectoryFileError(f"{path}:{number}: not a step-sample record ({err})") from err
 
 
 def read_samples(path: str | os.PathLike) -> list[StepSample]:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.prompts import DEFAULT_MAX_CHARS, ORM_SYSTEM_PROMPT, actor_prompt_for_step, orm_user_text
 from webrl.data.steps import trajectory_outcome
 from webrl.data.trajectory import Step, Task, Trajectory, TrajectoryFileError, is_success
@@ -182,9 +183,4 @@ def orm_examples(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
 
 def write_sharegpt(path: str | os.PathLike, examples: list[dict[str, Any]]) -> Path:
     """Write ShareGPT examples as one JSON list (atomically)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(examples, ensure_ascii=False, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(path, examples, indent=1, sort_keys=False)

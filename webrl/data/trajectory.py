@@ -4,10 +4,11 @@ Every part of webrl speaks these records: the browser environment fills steps, t
 evaluators fill rewards, the replay buffer stores trajectories, the DataModule turns steps into
 training examples. They are plain dataclasses (no torch) so that `webrl.env` can import them.
 
-Storage is JSONL, one trajectory per line, each line carrying `schema`. Writes are append-only
-and flushed per line, so a process killed mid-write leaves at most one torn last line; readers
-drop that line with a warning and keep every earlier one. Any other bad line is an error that
-names the file and the line number, because silently skipping data would bias training.
+Storage is JSONL, one trajectory per line, each line carrying `schema`. Appends are flushed and
+fsynced per line, so a process killed mid-write leaves at most one torn last line; readers
+drop that line with a warning and keep every earlier one (`webrl.data.atomic_io.read_jsonl`). Any
+other bad line is an error that names the file and the line number, because silently skipping data
+would bias training.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from webrl.data.atomic_io import JsonlError, fsync_dir, read_jsonl, write_jsonl_atomic
 
 SCHEMA_VERSION = 1
 
@@ -66,7 +69,12 @@ _TASK_FIELDS = (
 )
 
 
-class TrajectoryFileError(ValueError):
+def phase_name(phase: int) -> str:
+    """`phase_NNN`: the one spelling of a phase's directory (run directory, replay buffer), sorting in phase order."""
+    return f"phase_{phase:03d}"
+
+
+class TrajectoryFileError(JsonlError):
     """A trajectory file line that cannot be read; the message names the file and line."""
 
 
@@ -219,8 +227,11 @@ class TrajectoryWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _truncate_torn_tail(self.path)
+        created = not self.path.exists()
         self._file = self.path.open("a", encoding="utf-8")
         self._fsync = fsync
+        if fsync and created:
+            fsync_dir(self.path.parent)  # the new file's directory entry survives a power loss too
 
     def write(self, trajectory: Trajectory) -> None:
         self._file.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
@@ -250,47 +261,34 @@ def _truncate_torn_tail(path: Path) -> None:
             f"{path}: dropping a torn last line ({len(data) - keep} bytes) left by an interrupted write", stacklevel=2
         )
         handle.truncate(keep)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def iter_trajectories(path: str | os.PathLike) -> Iterator[Trajectory]:
-    """Yield the trajectories of a JSONL file; a torn last line is dropped with a warning."""
-    path = Path(path)
-    with path.open("r", encoding="utf-8") as handle:
-        lines = handle.readlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        is_last = number == len(lines)
+    """Yield the trajectories of a JSONL file; a torn last line is dropped with a warning (`read_jsonl`)."""
+    yield from read_trajectories_counted(path)[0]
+
+
+def read_trajectories_counted(path: str | os.PathLike) -> tuple[list[Trajectory], int]:
+    """The trajectories of a JSONL file and the number of torn lines dropped from its end (0 or 1)."""
+    try:
+        records, dropped = read_jsonl(path)
+    except JsonlError as err:
+        raise TrajectoryFileError(str(err)) from err
+    out = []
+    for number, data in records:
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError as err:
-            if is_last and not line.endswith("\n"):
-                warnings.warn(f"{path}:{number}: dropping a torn last line left by an interrupted write", stacklevel=2)
-                return
-            raise TrajectoryFileError(f"{path}:{number}: not valid JSON ({err})") from err
-        try:
-            yield Trajectory.from_dict(data)
-        except (KeyError, TypeError, ValueError) as err:
+            out.append(Trajectory.from_dict(data))
+        except (AttributeError, KeyError, TypeError, ValueError) as err:
             raise TrajectoryFileError(f"{path}:{number}: not a trajectory record ({err})") from err
+    return out, dropped
 
 
 def read_trajectories(path: str | os.PathLike) -> list[Trajectory]:
-    return list(iter_trajectories(path))
+    return read_trajectories_counted(path)[0]
 
 
 def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> None:
-    """Write a whole file atomically (temp file + rename), replacing any earlier content."""
+    """Write a whole file atomically (temp file, fsync, rename, directory fsync), replacing any earlier content."""
     write_jsonl_atomic(path, (trajectory.to_dict() for trajectory in trajectories))
-
-
-def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> None:
-    """Write JSON records one per line to a temp file, fsync it, then rename it over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)

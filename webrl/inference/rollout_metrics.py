@@ -82,8 +82,6 @@ def rollout_metrics(
     browser_busy = buckets["browser_only"] + buckets["both"]
     steps = sum(len(t.steps) for t in trajectories)
     metrics: dict[str, float] = {
-        "rollout/episodes": len(trajectories),
-        "rollout/steps": steps,
         "rollout/wall_s": wall,
         "rollout/episodes_per_min": 60.0 * len(trajectories) / wall if wall > 0 else 0.0,
         "rollout/steps_per_s": steps / wall if wall > 0 else 0.0,
@@ -102,6 +100,19 @@ def rollout_metrics(
         "rollout/idle_s": buckets["idle"],
         "rollout/engine_busy_frac": engine_busy / wall if wall > 0 else 0.0,
         "rollout/browser_only_frac": buckets["browser_only"] / wall if wall > 0 else 0.0,
+    }
+    return {**metrics, **rollout_counts(trajectories)}
+
+
+def rollout_counts(trajectories: list[Trajectory]) -> dict[str, float]:
+    """The figures that depend only on the trajectories (episodes, steps, success, statuses), not on the process.
+
+    A rollout stage resumed after a crash keeps the episodes that had finished and runs only the rest;
+    these figures are then recomputed over all of them, so they equal an uninterrupted run's.
+    """
+    metrics: dict[str, float] = {
+        "rollout/episodes": len(trajectories),
+        "rollout/steps": sum(len(t.steps) for t in trajectories),
     }
     if trajectories:
         metrics["rollout/success_rate"] = sum(t.succeeded for t in trajectories) / len(trajectories)

@@ -1,0 +1,25 @@
+"""`rollout_counts`: the rollout figures a resumed stage recomputes over every episode, the earlier ones too."""
+
+from __future__ import annotations
+
+from sample_records import build_trajectory
+
+from webrl.inference.rollout_metrics import rollout_counts
+
+
+def test_counts_depend_only_on_the_trajectories():
+    trajectories = [
+        build_trajectory("a", num_steps=2, outcome=1.0),
+        build_trajectory("b", num_steps=3, outcome=0.0),
+        build_trajectory("c", num_steps=1, outcome=1.0),
+    ]
+    trajectories[1].status = "max_steps"
+    assert rollout_counts(trajectories) == {
+        "rollout/episodes": 3,
+        "rollout/steps": 6,
+        "rollout/success_rate": 2 / 3,
+        "rollout/success_rate/shopping": 2 / 3,
+        "rollout/status/exit": 2,
+        "rollout/status/max_steps": 1,
+    }
+    assert rollout_counts([]) == {"rollout/episodes": 0, "rollout/steps": 0}

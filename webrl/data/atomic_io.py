@@ -1,0 +1,196 @@
+"""Crash-consistent files: atomic writes, torn-line-tolerant JSONL reads, and the fault-injection hook.
+
+Every result a run keeps goes through `atomic_write` (or its JSON, JSONL, text and directory forms):
+the content goes to a temp file in the target's own directory, is flushed and fsynced, renamed over
+the target, and then the directory itself is fsynced, so that after a crash or a power loss a reader
+finds the old file or the new one, never a mix, and a file renamed into place stays there. Appended
+JSONL files (rollouts, one fsynced line per episode) can still end in a torn line; `read_jsonl`
+drops it, undecodable bytes included (a multibyte character cut in half), warns and says how many
+lines it dropped.
+
+The module sits in `webrl.data`, the lowest layer, because the records are written there; it imports
+nothing of webrl and not torch (`webrl.env` runs without torch): a torch state goes through
+`atomic_write(path, partial(torch.save, state))`.
+
+Fault injection, for the crash tests: with `WEBRL_FAULT=<point>` set, the process ends at once with
+`os._exit(FAULT_EXIT_CODE)` (no cleanup, no flush: a kill -9 at a known place) when it reaches that
+point. The points are
+- `write:<path>`: inside an atomic write of a file whose path ends with `<path>`
+  (`write:phase_001/critic.pt`, `write:run_state.json`), after the temp file is complete and fsynced
+  and before it is renamed into place; the first matching write in the process faults;
+- `stage:<phase>:<stage>:written`: the stage's outputs and metrics are written, the stage is not yet
+  marked done in run_state.json (`webrl.loop`);
+- `stage:<phase>:<stage>:marked`: the stage is marked done and the next one has not started.
+With `WEBRL_FAULT_LOG=<file>` set, every point reached is appended to that file, one per line, so a
+test can list the points of a whole run and then fault at each in turn. With neither set, a point
+costs one environment lookup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+FAULT_ENV = "WEBRL_FAULT"
+"""The environment variable naming the point at which to end the process (see the module docstring)."""
+
+FAULT_LOG_ENV = "WEBRL_FAULT_LOG"
+"""The environment variable naming a file that every fault point reached is appended to."""
+
+FAULT_EXIT_CODE = 86
+"""The exit status of a process ended by an injected fault, told apart from a crash or a clean exit."""
+
+
+def fault_point(name: str) -> None:
+    """End the process here, hard, when `WEBRL_FAULT` names this point; log it when `WEBRL_FAULT_LOG` is set."""
+    spec = os.environ.get(FAULT_ENV)
+    log_path = os.environ.get(FAULT_LOG_ENV)
+    if not spec and not log_path:
+        return
+    if log_path:
+        with open(log_path, "a", encoding="utf-8") as handle:
+            handle.write(name + "\n")
+    if spec and _matches(spec, name):
+        sys.stderr.write(f"{FAULT_ENV}={spec}: injected fault at {name}\n")
+        sys.stderr.flush()
+        os._exit(FAULT_EXIT_CODE)
+
+
+def _matches(spec: str, name: str) -> bool:
+    if spec == name:
+        return True
+    if not (spec.startswith("write:") and name.startswith("write:")):
+        return False
+    suffix, path = spec[len("write:") :], name[len("write:") :]
+    return path == suffix or path.endswith("/" + suffix)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a directory, so that the renames and creations in it survive a power loss."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Call `write(handle)` on a temp file beside `path`, fsync it, rename it over `path`, fsync the directory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        fault_point(f"write:{path.as_posix()}")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    return atomic_write(path, lambda handle: handle.write(data))
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any, *, indent: int = 2, sort_keys: bool = True) -> Path:
+    """JSON (UTF-8, non-ASCII kept) written atomically: readers see the old document or the new one."""
+    text = json.dumps(data, indent=indent, sort_keys=sort_keys, ensure_ascii=False)
+    return write_text_atomic(path, text + "\n")
+
+
+def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> Path:
+    """JSON records one per line, the whole file written atomically (a rewrite, never an append)."""
+
+    def write(handle: IO[bytes]) -> None:
+        for record in records:
+            handle.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+
+    return atomic_write(path, write)
+
+
+def publish_dir(tmp: str | os.PathLike, target: str | os.PathLike) -> Path:
+    """Move the finished directory `tmp` to `target` in one rename, its files fsynced first.
+
+    An earlier `target` is moved aside before the rename and removed after it, so that a crash leaves
+    either directory complete under `target` or `target` absent (a reader then redoes the work).
+    """
+    tmp, target = Path(tmp), Path(target)
+    for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        with file.open("rb") as handle:
+            os.fsync(handle.fileno())
+    for directory in sorted((p for p in tmp.rglob("*") if p.is_dir()), reverse=True):
+        fsync_dir(directory)
+    fsync_dir(tmp)
+    fault_point(f"write:{target.as_posix()}")
+    old = target.with_name(f".{target.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists():
+        target.rename(old)
+    tmp.rename(target)
+    fsync_dir(target.parent)
+    if old.exists():
+        shutil.rmtree(old)
+    return target
+
+
+class JsonlError(ValueError):
+    """A JSONL line that cannot be read and is not a torn last line; the message names the file and line."""
+
+
+def read_jsonl(path: str | os.PathLike) -> tuple[list[tuple[int, Any]], int]:
+    """The (line number, record) pairs of a JSONL file, and how many torn lines were dropped (0 or 1).
+
+    Only the last line can be torn (the writers append whole fsynced lines): when it has no newline
+    and is not a whole JSON object (a half line, a multibyte character cut short) it is dropped with
+    a warning. Any other line that does not decode is an error naming the file and the line, since
+    skipping data silently would bias training.
+    """
+    path = Path(path)
+    lines = path.read_bytes().split(b"\n")
+    tail = lines.pop()  # what follows the last newline: b"" for a whole file, else an unterminated line
+    records: list[tuple[int, Any]] = []
+    for number, raw in enumerate(lines, start=1):
+        if raw.strip():
+            records.append((number, _decode(path, number, raw)))
+    if not tail.strip():
+        return records, 0
+    number = len(lines) + 1
+    try:
+        record = json.loads(tail.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        record = None
+    if not isinstance(record, dict):
+        warnings.warn(
+            f"{path}:{number}: dropping a torn last line ({len(tail)} bytes) left by an interrupted write",
+            stacklevel=2,
+        )
+        return records, 1
+    records.append((number, record))
+    return records, 0
+
+
+def _decode(path: Path, number: int, raw: bytes) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise JsonlError(f"{path}:{number}: not UTF-8 ({err})") from err
+    except json.JSONDecodeError as err:
+        raise JsonlError(f"{path}:{number}: not valid JSON ({err})") from err
