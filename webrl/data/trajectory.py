@@ -275,6 +275,7 @@ def iter_trajectories(path: str | os.PathLike) -> Iterator[Trajectory]:
 
 
 def read_trajectories(path: str | os.PathLike) -> list[Trajectory]:
+    """Every trajectory of a JSONL file, in file order (see `iter_trajectories` for the errors)."""
     return list(iter_trajectories(path))
 
 
