@@ -176,4 +176,5 @@ def iter_samples(path: str | os.PathLike) -> Iterator[StepSample]:
 
 
 def read_samples(path: str | os.PathLike) -> list[StepSample]:
+    """Every step sample of a JSONL file, in file order."""
     return list(iter_samples(path))

@@ -286,6 +286,7 @@ def read_trajectories_counted(path: str | os.PathLike) -> tuple[list[Trajectory]
 
 
 def read_trajectories(path: str | os.PathLike) -> list[Trajectory]:
+    """Every trajectory of a JSONL file, in file order; a torn last line is dropped with a warning."""
     return read_trajectories_counted(path)[0]
 
 

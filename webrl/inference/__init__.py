@@ -1,14 +1,40 @@
 """Inference engines behind one protocol, weight sync from the trainer, and browser rollouts.
 
-- `webrl.inference.engine`: `SamplingParams`, `Completion`, the `InferenceEngine` protocol, its
-  `ReloadableEngine` refinement (hf, vllm) and `build_engine("hf" | "vllm" | "openai", ...)`.
-- `webrl.inference.hf.HFEngine`, `webrl.inference.vllm.VLLMEngine`, `webrl.inference.openai.OpenAIEngine`.
-- `webrl.inference.weight_sync.full_state_dict`: the trained weights, gathered and LoRA-merged.
-- `webrl.inference.rollout.collect_rollouts`: N concurrent episodes, one engine call per step.
+- `SamplingParams`, `Completion`, the `InferenceEngine` protocol, its `ReloadableEngine` refinement
+  (hf, vllm) and `build_engine("hf" | "vllm" | "openai", ...)` (from `webrl.inference.engine`).
+- `HFEngine`, `VLLMEngine`, `OpenAIEngine`, and `ScriptedEngine` (a policy function as an engine).
+- `full_state_dict`: the trained weights, gathered and LoRA-merged.
+- `collect_rollouts` (and `collect_rollouts_sync`): N concurrent episodes, one engine call per step.
 
-Only the protocol is imported here, so `import webrl.inference` loads neither torch nor vLLM.
+Only the protocol is imported here; the other names load on first use, so `import webrl.inference`
+loads neither torch nor vLLM.
 """
 
 from webrl.inference.engine import Completion, InferenceEngine, ReloadableEngine, SamplingParams, build_engine
+from webrl.lazy_exports import lazy_exports
 
-__all__ = ["Completion", "InferenceEngine", "ReloadableEngine", "SamplingParams", "build_engine"]
+_EXPORTS = {
+    "HFEngine": "webrl.inference.hf",
+    "OpenAIEngine": "webrl.inference.openai",
+    "VLLMEngine": "webrl.inference.vllm",
+    "ScriptedEngine": "webrl.inference.scripted",
+    "full_state_dict": "webrl.inference.weight_sync",
+    **dict.fromkeys(("RolloutResult", "collect_rollouts", "collect_rollouts_sync"), "webrl.inference.rollout"),
+}
+
+__all__ = [
+    "Completion",
+    "HFEngine",
+    "InferenceEngine",
+    "OpenAIEngine",
+    "ReloadableEngine",
+    "RolloutResult",
+    "SamplingParams",
+    "ScriptedEngine",
+    "VLLMEngine",
+    "build_engine",
+    "collect_rollouts",
+    "collect_rollouts_sync",
+    "full_state_dict",
+]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
