@@ -19,6 +19,7 @@ from lightning.fabric import Fabric
 
 from webrl.config import load_config
 from webrl.data.trajectory import Step, Task, Trajectory
+from webrl.env.episode import EpisodeLimits
 from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import WebRLConfig
 from webrl.orm_data import (
@@ -33,15 +34,23 @@ from webrl.orm_data import (
 from webrl.supervised import orm_dir
 from webrl.web_environment import WebEnvironment
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(900)
 TASK_IDS = ("0", "15", "51", "72", "168")
+
+
+class PatientEnvironment(WebEnvironment):
+    """The run's environment with generous per-action limits: the 2 cores are shared, and a slow step must
+    not read as a failed episode (as in tests/env/sites/helpers.py)."""
+
+    def limits(self) -> EpisodeLimits:
+        return EpisodeLimits(max_steps=self.config.env.max_steps, action_timeout_s=30.0, reset_timeout_s=120.0)
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("orm_data")
     overrides = [f"output_dir={root / 'run'}", f"model.cache_dir={root / 'cache'}", "env.max_steps=10"]
-    with WebEnvironment(load_config(WebRLConfig, overrides)) as environment:
+    with PatientEnvironment(load_config(WebRLConfig, overrides)) as environment:
         yield environment
 
 
