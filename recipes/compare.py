@@ -34,8 +34,8 @@ from recipes.filtered_bc_config import FilteredBCRunConfig
 from recipes.webrl import CONFIG_DIR, DEFAULT_CONFIG
 from webrl.comparison import Comparison, Method
 from webrl.config_checks import ConfigError
+from webrl.data.atomic_io import write_json_atomic
 from webrl.loop_config import WebRLConfig
-from webrl.run_state import write_json_atomic
 from webrl.tracking import WANDB_ENVIRONMENT, setup_logging
 
 BELOW_WEBRL = "below WebRL"

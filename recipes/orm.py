@@ -1,16 +1,21 @@
-"""Train the outcome reward model on the SFT actor's evaluator-labelled rollouts, then measure it.
+"""Train the outcome reward model on evaluator-labelled trajectories of several policies, then measure it.
 
     python -m recipes.orm                                   # embedded default (tiny model, CPU)
     python -m recipes.orm --config recipes/configs/webrl_smollm2.yaml
+    python -m recipes.orm orm.data.solver_noise=[0.2,0.6] orm.data.positive_fraction=0.4
 
-The ORM is cached under model.cache_dir and reused by `python -m recipes.webrl`. It is then judged
-on trajectories it never saw: the SFT actor's sampled rollouts on the held-out test split, where the
-programmatic evaluators give the true label (the paper's Table 3 measures its ORM the same way).
-Results go to `<output_dir>/orm_eval.json`.
+The training set (`orm.data`, see `webrl.orm_data`) mixes the SFT actor's rollouts, the demonstrations,
+the reference solver with noise and demonstrations made wrong (truncated, wrong answer), each labelled
+by the task's evaluator, balanced; the recipe prints how many positives and negatives each source gave
+and kept. The ORM is cached under model.cache_dir and reused by `python -m recipes.webrl`. It is then
+judged on trajectories it never saw: the SFT actor's sampled rollouts on the held-out test split, where
+the programmatic evaluators give the true label (the paper's Table 3 measures its ORM the same way):
+accuracy (agreement), precision and recall. Results go to `<output_dir>/orm_eval.json`.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -20,7 +25,8 @@ from webrl.data.labels import label_with_orm
 from webrl.inference.engine import build_engine
 from webrl.metrics import agreement, success_by_site
 from webrl.modules.orm import orm_scorer
-from webrl.supervised import ensure_orm, ensure_sft
+from webrl.orm_data import format_counts
+from webrl.supervised import DONE_MARKER, ensure_orm, ensure_sft
 from webrl.web_environment import WebEnvironment
 
 
@@ -42,10 +48,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length)
     label_with_orm(held_out, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
     results = {**agreement(held_out), **success_by_site(held_out, key="eval_reward")}
-    write_json_atomic(out_dir / "orm_eval.json", {"orm": str(orm), **results})
+    data = json.loads((orm / DONE_MARKER).read_text()).get("data", {}) if (orm / DONE_MARKER).exists() else {}
+    write_json_atomic(out_dir / "orm_eval.json", {"orm": str(orm), "training_data": data, **results})
     print(f"ORM: {orm}")
-    names = ("agreement", "precision", "recall")
-    figures = ", ".join(f"{name} {100 * results.get(f'orm/{name}', 0.0):.1f}%" for name in names)
+    if data:
+        print(f"trained on (evaluator labels, per source):\n{format_counts(data)}")
+    names = (("accuracy", "agreement"), ("precision", "precision"), ("recall", "recall"))
+    figures = ", ".join(f"{name} {100 * results.get(f'orm/{key}', 0.0):.1f}%" for name, key in names)
     print(f"on {len(held_out)} held-out SFT rollouts ({100 * results['success_rate']:.1f}% successful): {figures}")
     return results
 

@@ -198,18 +198,55 @@ class SFTConfig:
 
 
 @dataclass
+class ORMDataConfig:
+    """The ORM's training trajectories: several policies' episodes, every one labelled by the task's evaluator."""
+
+    actor_rollouts: bool = True
+    """Roll out the SFT actor (orm.rollout_tasks, rollout.temperature): its mistakes are the ones the ORM will judge."""
+    demonstrations: bool = True
+    """Add the demonstrations (evaluator-scored successes): the cleanest positives there are."""
+    solver_noise: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5])
+    """Detour chances of the reference solver (embedded sites), one run each ([] = none): low succeed, high fail."""
+    solver_answer_noise: float = 0.2
+    """Chance the noisy solver's answer is perturbed: 0.2 adds wrong answers on the right page, leaving most intact."""
+    solver_tasks: int = 128
+    """Train-split tasks per noise level (0 = all; a seeded sample per level): 128 keeps a level near a minute."""
+    truncated: bool = True
+    """Hard negatives: demonstrations cut before their last action (or answer), then an empty exit."""
+    wrong_answer: bool = True
+    """Hard negatives: demonstrations whose answer is another task's of the template, or a perturbed value."""
+    hard_negative_tasks: int = 128
+    """Demonstrations the hard negatives are made from (0 = all; a seeded sample): enough to teach the cases."""
+    positive_fraction: float = 0.5
+    """Share of successes in the training set, the larger class subsampled: 0.5 gives the ORM no prior verdict."""
+    concurrency: int = 8
+    """Browser episodes at once for the solver and hard-negative runs: 8, as demonstrations run on 2 cores."""
+
+    def validate(self) -> None:
+        for i, noise in enumerate(self.solver_noise):
+            within(f"orm.data.solver_noise[{i}]", noise, 0, 1)
+        within("orm.data.solver_answer_noise", self.solver_answer_noise, 0, 1)
+        at_least("orm.data.solver_tasks", self.solver_tasks, 0, "(0 = all)")
+        at_least("orm.data.hard_negative_tasks", self.hard_negative_tasks, 0, "(0 = all)")
+        within("orm.data.positive_fraction", self.positive_fraction, 0, 1, open_low=True, open_high=True)
+        at_least("orm.data.concurrency", self.concurrency, 1)
+
+
+@dataclass
 class ORMConfig:
-    """The outcome reward model, trained on the SFT actor's evaluator-labelled rollouts."""
+    """The outcome reward model, trained on evaluator-labelled trajectories of several policies (orm.data)."""
 
     train: StageSettings = field(
         default_factory=lambda: StageSettings(lr=1e-3, epochs=4.0, batch_size=8, warmup_ratio=0.05, schedule="cosine")
     )
     rollout_tasks: int = 256
     """Train-split tasks the SFT actor is rolled out on (temperature 1) to make ORM data (0 = all)."""
+    data: ORMDataConfig = field(default_factory=ORMDataConfig)
 
     def validate(self) -> None:
         self.train.validate("orm.train")
         at_least("orm.rollout_tasks", self.rollout_tasks, 0, "(0 = all)")
+        self.data.validate()
 
 
 @dataclass

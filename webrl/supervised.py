@@ -3,8 +3,9 @@
 WebRL starts from an SFT actor and needs an ORM to label rollouts (docs/method.md §2.1, §5). The
 paper's SFT data and ORM data were never released; here the project makes both itself: the
 embedded sites' reference solver writes demonstrations, SFT trains on them, and the ORM trains on
-the SFT actor's rollouts labelled by the tasks' programmatic evaluators (plus the demonstrations as
-positives). Each product is cached under `model.cache_dir` by a key of everything it depends on,
+a balanced set of evaluator-labelled trajectories of several policies (`webrl.orm_data`: the SFT
+actor's rollouts, the demonstrations, the reference solver with noise, and demonstrations made
+wrong). Each product is cached under `model.cache_dir` by a key of everything it depends on,
 so the second run reuses it and a changed setting rebuilds it.
 """
 
@@ -14,7 +15,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import random
 import shutil
 import sys
 from pathlib import Path
@@ -29,6 +29,7 @@ from webrl.data.trajectory import Trajectory, is_full_score, is_success, read_tr
 from webrl.loop_config import WebRLConfig
 from webrl.modules.orm import OutcomeRewardModule
 from webrl.modules.sft import SFTModule
+from webrl.orm_data import ORMDataBuilder, format_counts
 from webrl.training import StageSettings, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
@@ -261,36 +262,35 @@ def train_sft(
     return metrics
 
 
-def orm_training_pairs(trajectories: list[Trajectory], tokenizer: Any, seed: int) -> list[tuple[str, float]]:
-    """(ORM prompt, label) pairs, labels from the evaluators, classes balanced by subsampling the larger."""
-    labelled = [t for t in trajectories if t.eval_reward is not None and t.steps]
+def orm_training_pairs(trajectories: list[Trajectory], tokenizer: Any) -> list[tuple[str, float]]:
+    """(ORM prompt, label) pairs of already balanced trajectories (`orm_data.balance`), labels from the evaluators."""
     chat = tokenizer if uses_chat_template(tokenizer) else None
-    pairs = [
+    return [
         (trajectory_orm_prompt(t, chat_template_tokenizer=chat), 1.0 if is_success(t.eval_reward) else 0.0)
-        for t in labelled
+        for t in trajectories
+        if t.eval_reward is not None and t.steps
     ]
-    positives = [p for p in pairs if p[1] == 1.0]
-    negatives = [p for p in pairs if p[1] == 0.0]
-    if not positives or not negatives:
-        raise ValueError(f"ORM data needs both classes: {len(positives)} successes, {len(negatives)} failures")
-    rng = random.Random(seed)
-    size = min(len(positives), len(negatives))
-    balanced = rng.sample(positives, size) + rng.sample(negatives, size)
-    rng.shuffle(balanced)
-    return balanced
 
 
 def train_orm(
-    config: WebRLConfig, fabric: Fabric, base: Path, trajectories: list[Trajectory], target: Path
+    config: WebRLConfig,
+    fabric: Fabric,
+    base: Path,
+    trajectories: list[Trajectory],
+    target: Path,
+    data: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, float]:
-    """SFT of the YES/NO verdict on evaluator-labelled trajectories; saves a model directory at `target`."""
+    """SFT of the YES/NO verdict on balanced evaluator-labelled trajectories; saves a model directory at `target`.
+
+    `data` (the per-source counts of `orm_data.source_counts`) is recorded beside the model.
+    """
     from torch.utils.data import DataLoader
 
     settings = config.orm.train
     module = OutcomeRewardModule(
         base, lr=settings.lr, max_length=config.model.max_length, threshold=config.reward.threshold
     )
-    examples = orm_training_pairs(trajectories, module.tokenizer, config.seed)
+    examples = orm_training_pairs(trajectories, module.tokenizer)
     loader = DataLoader(
         examples,
         batch_size=settings.batch_size,
@@ -300,7 +300,8 @@ def train_orm(
     wrapped, optimizer = setup_for_training(fabric, module)
     metrics = train_module(fabric, wrapped, optimizer, fabric.setup_dataloaders(loader), settings, name="orm")
     metrics["orm/examples"] = float(len(examples))
-    save_model_dir(fabric, module.model, module.tokenizer, target, {"base": str(base), "metrics": metrics})
+    info = {"base": str(base), "metrics": metrics, "data": data or {}}
+    save_model_dir(fabric, module.model, module.tokenizer, target, info)
     return metrics
 
 
@@ -322,24 +323,27 @@ def ensure_sft(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tupl
     return target, demos
 
 
+def orm_dir(config: WebRLConfig, sft: Path) -> Path:
+    """The ORM's cache dir: keyed by the SFT actor and every setting of its data (`orm.data`) and training."""
+    key = cache_key(str(sft), config.orm, config.env, config.rollout.temperature, config.seed, config.fabric.precision)
+    return Path(config.model.cache_dir) / f"orm-{key}"
+
+
 def ensure_orm(
     config: WebRLConfig, fabric: Fabric, env: WebEnvironment, engine: Any, sft: Path, demos: list[Trajectory]
 ) -> Path:
-    """The cached ORM (built on first use from the SFT actor's evaluator-labelled rollouts)."""
+    """The cached ORM, built on first use from the evaluator-labelled trajectories of `orm.data`'s sources.
+
+    The sources' episodes are kept under `orm-data-<key>/` beside it, so an interrupted build resumes.
+    """
     if config.model.orm:
         return Path(config.model.orm)
-    key = cache_key(str(sft), config.orm, config.env, config.rollout.temperature, config.seed, config.fabric.precision)
-    target = Path(config.model.cache_dir) / f"orm-{key}"
+    target = orm_dir(config, sft)
     if is_built(target):
         return target
-    rollouts_path = Path(config.model.cache_dir) / f"orm-rollouts-{key}.rank{fabric.global_rank}.jsonl"
-    tasks = env.suite(config.env.train_split, config.orm.rollout_tasks, config.seed + 1)
-    shard = tasks[fabric.global_rank :: fabric.world_size]
-    fabric.print(f"[orm] rolling out the SFT actor on {len(tasks)} train tasks for ORM data")
-    rollouts, _ = env.run_episodes(engine, shard, rollouts_path, phase=-1, evaluation=False, seed=config.seed)
-    from webrl.distributed import gather_objects
-
-    rollouts = gather_objects(fabric, rollouts)
-    fabric.print(f"[orm] training on {len(rollouts)} rollouts + {len(demos)} demonstrations")
-    train_orm(config, fabric, sft, rollouts + demos, target)
+    data_dir = target.with_name(target.name.replace("orm-", "orm-data-", 1))
+    builder = ORMDataBuilder(config, fabric, env, data_dir, demonstration_tokenizer(config))
+    trajectories, counts = builder.build(engine, demos)
+    fabric.print(f"[orm] training on {len(trajectories)} balanced trajectories\n{format_counts(counts)}")
+    train_orm(config, fabric, sft, trajectories, target, data=counts)
     return target

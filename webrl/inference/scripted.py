@@ -79,6 +79,27 @@ class ScriptedEngine:
         return cls(lambda task, history, html: respond(task, plan_for(task), history, html), tokenizer)
 
     @classmethod
+    def noisy_embedded_sites(
+        cls, noise: float, answer_noise: float = 0.0, seed: int = 0, tokenizer: Any = None
+    ) -> ScriptedEngine:
+        """The reference solver with seeded random detours and wrong answers (webrl.env.noisy_solver)."""
+        from webrl.env.noisy_solver import NoisySolver
+
+        return cls(NoisySolver(noise, answer_noise, seed), tokenizer)
+
+    @classmethod
+    def replay(cls, responses: dict[str, list[str]], tokenizer: Any = None) -> ScriptedEngine:
+        """Gives each task's responses (by task id) in order: a demonstration's variant, replayed in the browser."""
+
+        def policy(task: Task, history: list[str], html: str) -> str:
+            script = responses[task.task_id]
+            if len(history) >= len(script):
+                raise LookupError(f"task {task.task_id}: the script of {len(script)} responses is used up")
+            return script[len(history)]
+
+        return cls(policy, tokenizer)
+
+    @classmethod
     def exit_at_once(cls) -> ScriptedEngine:
         """The do-nothing baseline: an empty exit on the first page (no evaluator may pass it)."""
         return cls(lambda task, history, html: 'exit(message="")')
