@@ -1,15 +1,43 @@
-"""Episodes that end in an error are counted (`eval/errors`, `rollout/errors`) and shown in the phase table."""
+"""Episodes that end in an error are counted (`eval/errors`, `rollout/errors`) and shown in the phase table.
+
+Those the browser or the site failed twice (`infra_error`) are counted apart and left out of every success rate.
+"""
 
 from __future__ import annotations
 
 from webrl.data.trajectory import Task, Trajectory
-from webrl.metrics import errored
+from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics
+from webrl.metrics import errored, infra_errors, success_by_site
 from webrl.report import format_phase_table
 
 
-def _episode(task_id: str, status: str) -> Trajectory:
+def _episode(task_id: str, status: str, reward: float | None = None, infra: bool = False) -> Trajectory:
     task = Task(task_id=task_id, intent="find the cheapest laptop", sites=["shop"], start_url="http://shop/")
-    return Trajectory(task=task, status=status, error="browser crashed" if status == "error" else None)
+    metadata = {"infra_error": True, "attempts": 2} if infra else {}
+    error = "browser crashed" if status == "error" else None
+    return Trajectory(task=task, status=status, error=error, eval_reward=reward, outcome=reward, metadata=metadata)
+
+
+def test_infra_errors_are_counted_apart_and_left_out_of_success_rates():
+    episodes = [
+        _episode("a", "exit", 1.0),
+        _episode("b", "exit", 0.0),
+        _episode("c", "error", infra=True),
+        # The marker counts only on an episode that ended in "error".
+        _episode("d", "exit", 1.0, infra=True),
+    ]
+    assert [t.infra_error for t in episodes] == [False, False, True, False]
+    assert infra_errors(episodes) == 1.0 and errored(episodes) == 1.0
+    # a, b, d count: 2 of 3; c is neither a success nor a failure.
+    assert success_by_site(episodes, key="outcome") == {
+        "success_rate": 2 / 3,
+        "episodes": 3.0,
+        "success_rate/shop": 2 / 3,
+        "infra_errors": 1.0,
+    }
+    metrics = rollout_metrics(episodes, ActivityClock(), [], 0)
+    assert metrics["rollout/success_rate"] == 2 / 3 and metrics["rollout/success_rate/shop"] == 2 / 3
+    assert (metrics["rollout/infra_errors"], metrics["rollout/retried"], metrics["rollout/status/error"]) == (1, 2, 1)
 
 
 def test_only_error_statuses_count():

@@ -44,7 +44,7 @@ from webrl.inference.engine import InferenceEngine, ReloadableEngine
 from webrl.inference.rollout_metrics import rollout_counts
 from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
-from webrl.metrics import agreement, errored, success_by_site
+from webrl.metrics import agreement, errored, infra_errors, success_by_site
 from webrl.modules.actor import ActorModule
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import actor_scorer
@@ -202,7 +202,9 @@ class PhaseLoop:
         return {f"rollout/{k.split('/', 1)[-1]}": v for k, v in metrics.items()}
 
     def _labels(self, phase: int) -> dict[str, float]:
-        trajectories = self.layout.rollouts(phase)
+        rollouts = self.layout.rollouts(phase)
+        # A browser or site failure (after its retry) is no evidence about the policy: no label, no training.
+        trajectories = [trajectory for trajectory in rollouts if not trajectory.infra_error]
         if self.fabric.is_global_zero:
             if self.config.reward.orm_labels:
                 if self.orm_dir is None:
@@ -220,6 +222,7 @@ class PhaseLoop:
         metrics.update({f"train_eval/{k}": v for k, v in success_by_site(labelled, key="eval_reward").items()})
         metrics.update(agreement(labelled))
         metrics["rollout/errors"] = errored(labelled)  # over every rank's rollouts
+        metrics["rollout/infra_errors"] = infra_errors(rollouts)
         return metrics
 
     def _replay(self, phase: int) -> dict[str, float]:
@@ -327,7 +330,7 @@ class PhaseLoop:
         self.fabric.barrier()
         results = self.layout.evaluations(phase)
         metrics = {f"test/{k}": v for k, v in success_by_site(results, key="eval_reward").items()}
-        return {**metrics, "eval/errors": errored(results)}
+        return {**metrics, "eval/errors": errored(results), "eval/infra_errors": infra_errors(results)}
 
     # ---------------------------------------------------------------------------------------------- helpers
     def _prompt_builder(self) -> Any:

@@ -11,11 +11,15 @@ def success_by_site(trajectories: list[Trajectory], key: str = "eval_reward") ->
     """`success_rate` overall and `success_rate/<site>`, reading the reward field `key` (`is_success`: >= 0.5).
 
     Trajectories whose `key` is None (no evaluator, no label) are left out of the rates and counted
-    in `unlabelled`.
+    in `unlabelled`; those the browser or the site failed (`Trajectory.infra_error`, after a retry)
+    are left out too, whatever their label, and counted in `infra_errors`.
     """
     hits: dict[str, list[float]] = defaultdict(list)
-    unlabelled = 0
+    unlabelled = infra = 0
     for trajectory in trajectories:
+        if trajectory.infra_error:
+            infra += 1
+            continue
         value = getattr(trajectory, key)
         if value is None:
             unlabelled += 1
@@ -27,12 +31,19 @@ def success_by_site(trajectories: list[Trajectory], key: str = "eval_reward") ->
         out[f"success_rate/{site}"] = sum(site_hits) / len(site_hits)
     if unlabelled:
         out["unlabelled"] = float(unlabelled)
+    if infra:
+        out["infra_errors"] = float(infra)
     return out
 
 
 def errored(trajectories: list[Trajectory]) -> float:
-    """How many episodes ended in an error (status "error": the browser or the site failed)."""
+    """How many episodes ended in an error (status "error": the browser, the site or the task's evaluator failed)."""
     return float(sum(trajectory.status == "error" for trajectory in trajectories))
+
+
+def infra_errors(trajectories: list[Trajectory]) -> float:
+    """How many episodes the browser or the site failed twice (`Trajectory.infra_error`): kept out of the rates."""
+    return float(sum(trajectory.infra_error for trajectory in trajectories))
 
 
 def agreement(trajectories: list[Trajectory]) -> dict[str, float]:

@@ -4,8 +4,9 @@ Two servers started here: the task's site on 127.0.0.1 and an outside host on 12
 loopback address, so nothing leaves the machine). The site's pages try each way out: an HTTP
 redirect (of the start page, of a link, of a fetch, to http and to https), a meta refresh, a
 script setting `location`, a form posted to the outside host, `window.open`, a service worker.
-Each time the outside host must receive nothing, the attempt must be counted as blocked, and the
-agent must stay on the site with a running episode (a start page that leads away ends it instead).
+Each time the outside host must receive nothing, the attempt must be counted as blocked, the agent
+must stay on the site with a running episode (a start page that leads away ends it instead), and
+its observation must say, in words, what was blocked.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ BUTTONS = """<!DOCTYPE html><html><body>
 <button onclick="window.open('/tab')">Open window on the site</button>
 <a href="/redirect">Redirect link</a>
 <a href="/redirect-https">Secure redirect link</a>
+<a href="{out}/blank" target="_blank">Outside tab link</a>
+<a href="/tab" target="_blank">Site tab link</a>
 <button onclick="fetch('/redirect').then(() => log('fetch loaded'), () => log('fetch failed'))">Fetch redirect</button>
 <p id="log">pending</p>
 <script>function log(text) {{ document.getElementById('log').textContent = text; }}</script>
@@ -168,6 +171,7 @@ def test_a_meta_refresh_outside_leaves_the_page_where_it_is(run, pool, servers, 
         ("Redirect link", "{out}/landing"),
         ("Secure redirect link", "//{host}"),
         ("Fetch redirect", "{out}/landing"),
+        ("Outside tab link", "{out}/blank"),
     ],
 )
 def test_no_way_out_of_the_site(run, pool, servers, outside_requests, control, blocked):
@@ -181,11 +185,18 @@ def test_no_way_out_of_the_site(run, pool, servers, outside_requests, control, b
 
     result, after, trajectory, tabs = run(scenario())
     out = _url(servers[1])
+    blocked = blocked.format(out=out, host=out.split("//")[1])
     assert outside_requests == []
-    assert trajectory.metadata["blocked_urls"] == [blocked.format(out=out, host=out.split("//")[1])]
+    assert trajectory.metadata["blocked_urls"] == [blocked]
     assert after.status == "running" and tabs == 1
     assert after.observation.url == f"{_url(servers[0])}/buttons" and "Ways out" in after.observation.html
-    assert "OUTSIDE" not in result.observation.html + after.observation.html
+    seen = result.observation.html + after.observation.html
+    assert "OUTSIDE" not in seen and "chrome-error" not in seen
+    # Told once, in the first observation after the block, on the first line (a tunnel is shown as https).
+    notice = f"blocked: {blocked.replace('//', 'https://', 1) if blocked.startswith('//') else blocked}"
+    assert seen.count(f"{notice} is outside this task's sites") == 1
+    told = result if result.observation.html.startswith("blocked: ") else after
+    assert told.observation.html.startswith(f"{notice} is outside this task's sites\n")
 
 
 def test_a_window_opened_on_the_site_is_followed(run, pool, servers, outside_requests):
@@ -201,6 +212,26 @@ def test_a_window_opened_on_the_site_is_followed(run, pool, servers, outside_req
     result, trajectory, tabs = run(scenario())
     assert result.error is None and result.observation.url == f"{_url(servers[0])}/tab" and tabs == 2
     assert trajectory.metadata["blocked_requests"] == 0 and outside_requests == []
+
+
+def test_a_tab_opened_on_the_site_is_followed_and_go_backward_returns_to_its_opener(
+    run, pool, servers, outside_requests
+):
+    async def scenario():
+        async with pool.episode(page_task("buttons"), _backend(servers), FAST) as ep:
+            observation = await ep.reset()
+            opened = await ep.step(f'do(action="Click", element="{element_id(observation.html, "Site tab link")}")')
+            tabs_open = len(ep.context.pages)
+            back = await ep.step('do(action="Go Backward")')
+            return opened, tabs_open, back, len(ep.context.pages)
+
+    opened, tabs_open, back, tabs_after = run(scenario())
+    site = _url(servers[0])
+    assert opened.error is None and opened.observation.url == f"{site}/tab" and "inside" in opened.observation.html
+    assert tabs_open == 2, "the opener stays open as history"
+    assert back.error is None and back.status == "running" and tabs_after == 1
+    assert back.observation.url == f"{site}/buttons" and "Ways out" in back.observation.html
+    assert outside_requests == []
 
 
 async def _worker_log(page) -> str:

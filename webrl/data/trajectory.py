@@ -160,7 +160,7 @@ class Trajectory:
 
     `status` says how it ended: "exit" (the agent answered), "max_steps", "repeated_action",
     "parse_failures", "timeout", "site_done" (the site ended the episode itself, as MiniWoB++ does)
-    or "error" (the browser or the site failed; see `error`).
+    or "error" (the browser or the site failed, `infra_error`; or the task's evaluator could not run; see `error`).
     `eval_reward` comes from the task's programmatic evaluator, `orm_score`/`orm_reward` from the
     ORM; `outcome` is the reward training uses, chosen by the labelling stage.
     """
@@ -194,6 +194,14 @@ class Trajectory:
         """Whether `success_label` reaches `threshold`; False when the trajectory has no label."""
         label = self.success_label
         return label is not None and is_success(label, threshold)
+
+    @property
+    def infra_error(self) -> bool:
+        """Whether it ended in "error" because the browser or the site failed, not the agent or the task.
+
+        Such an episode says nothing about the policy: it is kept out of training labels and success rates.
+        """
+        return self.status == "error" and bool(self.metadata.get("infra_error"))
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -6,6 +6,14 @@ acts, observes and records a Step (observation and URL from *before* the action,
 needs). Nothing the agent or the site does raises: malformed actions, missing elements, slow pages
 and even a dead browser become step errors or an ended episode with its status and reason recorded
 (docs/method.md §4.4 limits: 30 steps, 5 identical consecutive actions, 5 consecutive parse failures).
+
+The agent is told in words where the allowlist stopped it: a navigation to a host outside the task's
+sites leaves the page where it was, and the next observation starts with
+`blocked: URL is outside this task's sites`. A tab the page opens (target=_blank, window.open) on the
+task's sites is followed, and the tab it came from stays open as history: Go Backward from the new
+tab's first page returns to it (closing the new tab). A tab opened outside the sites is closed.
+When the browser or the site fails (not the agent), the trajectory's metadata says so
+(`infra_error`), so that a rollout can retry the task and keep the failure out of the labels.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from webrl.data.trajectory import Step, Task, Trajectory
 from webrl.env.actions import Action, ActionParseError, parse_action
 from webrl.env.backend import SiteBackend
 from webrl.env.evaluators import EvalResult, EvaluationError
-from webrl.env.executor import PageGoneError, execute_action
+from webrl.env.executor import NAVIGATION_FLAG_JS, NO_EARLIER_PAGE, PageGoneError, execute_action
 from webrl.env.observation import Observation, ObservationConfig, observe
 
 # Errors that mean "the browser side failed", as opposed to bugs in webrl or a backend.
@@ -100,6 +108,8 @@ class Episode:
         self.trajectory.metadata["blocked_requests"] = 0
         self.page: Any = None
         self._opened: list[Any] = []
+        self._history_tabs: list[Any] = []
+        self._blocked_now: list[str] = []
         self._allowed = set(backend.allowed_origins(self.task))
         self._outside = outside_origins(self._allowed)
         self._observation = Observation.empty()
@@ -118,7 +128,13 @@ class Episode:
         return self._observation
 
     def count_blocked(self, url: str) -> None:
-        """Record a request refused for leaving the task's sites (the pool's OutsideProxy reports here too)."""
+        """Record a request the pool's OutsideProxy refused: a redirect hop or a tunnel, most often the page leaving."""
+        self._record_blocked(url, tell=True)
+
+    def _record_blocked(self, url: str, tell: bool) -> None:
+        """Count a refused request; `tell` also puts it in the agent's next observation."""
+        if tell:
+            self._blocked_now.append(url)
         metadata = self.trajectory.metadata
         metadata["blocked_requests"] += 1
         if len(metadata.setdefault("blocked_urls", [])) < _KEPT_BLOCKED_URLS:
@@ -130,9 +146,10 @@ class Episode:
         A navigation is answered 204 No Content, so that it does not happen and the page stays on
         the site; aborting it would replace the page with an error page. Anything else is aborted.
         """
-        self.count_blocked(route.request.url)
+        navigation = route.request.is_navigation_request()
+        self._record_blocked(route.request.url, tell=navigation)
         try:
-            if route.request.is_navigation_request():
+            if navigation:
                 await route.fulfill(status=204)
             else:
                 await route.abort("blockedbyclient")
@@ -170,6 +187,7 @@ class Episode:
             raise RuntimeError(f"episode for task {self.task.task_id} was already reset")
         self._started = time.monotonic()
         try:
+            await self.context.add_init_script(NAVIGATION_FLAG_JS)
             await self.context.route(outside_origins(self._allowed), self._block)
             sockets = {o.replace("http", "ws", 1) for o in self._allowed if o.startswith("http")}
             await self.context.route_web_socket(outside_origins(sockets), self._block_socket)
@@ -184,6 +202,9 @@ class Episode:
             if self.trajectory.metadata["blocked_requests"]:
                 # A start page that redirects off the site fails here, its navigation refused.
                 reason += f" (requests outside the task's sites refused: {self.trajectory.metadata['blocked_urls']})"
+            else:
+                # Not the allowlist (the task's own fault) but the browser or the site: worth another try.
+                self.trajectory.metadata["infra_error"] = True
             self._end("error", f"reset failed: {reason}")
             return self._observation
 
@@ -208,14 +229,31 @@ class Episode:
             await tab.wait_for_load_state("domcontentloaded")
             if not self._on_site(tab.url):
                 await tab.close()
-                return error or f"the new tab's page ({tab.url[:100]}) is outside the task's sites; it was closed"
+                if not self._blocked_now:
+                    return error or f"the new tab's page ({tab.url[:100]}) is outside the task's sites; it was closed"
+                return error
+            self._history_tabs.append(self.page)
             self.page = tab
+        elif error == NO_EARLIER_PAGE and self._history_tabs:
+            # Back from a followed tab's first page: close it and return to the tab that opened it.
+            await self.page.close()
+            self.page = self._history_tabs.pop()
+            return None
         if self._left_the_site(self.page.url):
             # A navigation refused on its way out (an https redirect hop) leaves an error page: go back.
             left = self.page.url
             await self.page.go_back(wait_until="domcontentloaded")
-            return error or f"the page left the task's sites ({left[:100]}); went back"
+            if not self._blocked_now:
+                return error or f"the page left the task's sites ({left[:100]}); went back"
         return error
+
+    def _blocked_notice(self) -> str | None:
+        """What the agent is told about navigations the allowlist refused during this step, if any."""
+        if not self._blocked_now:
+            return None
+        urls = list(dict.fromkeys(f"https:{url}" if url.startswith("//") else url for url in self._blocked_now))
+        self._blocked_now.clear()
+        return "\n".join(f"blocked: {url[:200]} is outside this task's sites" for url in urls[:3])
 
     def _on_site(self, url: str) -> bool:
         return url.startswith(("http:", "https:")) and not self._outside.search(url)
@@ -260,9 +298,16 @@ class Episode:
                 start = time.perf_counter()
                 await self._observe()
                 timings["observe"] = time.perf_counter() - start
+                notice = self._blocked_notice()
+                if notice:
+                    # In the observation itself, since that is what the agent reads next turn.
+                    observed = self._observation
+                    self._observation = Observation(f"{notice}\n{observed.html}", observed.url, observed.title)
+                    error = error or notice
                 if action is not None and await self.backend.episode_done(self.page, self.task):
                     ended = ("site_done", None)
             except _BROWSER_ERRORS as err:
+                self.trajectory.metadata["infra_error"] = True
                 ended = ("error", f"browser failed during step {len(self.trajectory.steps)}: {_describe(err)}")
         self.trajectory.steps.append(
             Step(

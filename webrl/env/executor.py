@@ -6,9 +6,13 @@ records on the step and shows the agent next turn: a wrong click is the agent's 
 from, not a crash. Only a page or browser that is gone raises (`PageGoneError`), because then the
 episode cannot go on.
 
-Unlike the release, there is no fixed 3 s sleep after each action: a click that starts a
-navigation is awaited by Playwright, then the new document's DOMContentLoaded, and dynamic pages
-can be waited on with the Wait action.
+Unlike the release, there is no fixed 3 s sleep after each action. An action that may navigate
+(Click, Press Enter, Search, Go Backward/Forward) is followed by one round trip through the page's
+task queue, which reports whether the document started leaving (the Navigation API's `navigate`
+event, recorded by NAVIGATION_FLAG_JS in every document); if it did, the action waits until the new
+document commits (or the navigation ends without one, a 204), then for its DOMContentLoaded. So a
+form that Enter submits is observed on its results page, never on the page it left, whenever
+the server answers. Dynamic pages can be waited on with the Wait action.
 
 Click and Hover are mouse events at the element's centre, like the release, without Playwright's
 actionability waits (`force=True`): waiting for the element to be stable costs animation frames,
@@ -24,7 +28,28 @@ from typing import Any
 from playwright.async_api import Error as PlaywrightError
 
 from webrl.env.actions import Action
-from webrl.env.observation import element_selector, is_element_id
+from webrl.env.observation import element_selector, evaluate_settled, is_context_lost, is_element_id
+
+NAVIGATION_FLAG_JS = """
+if (window.navigation) {
+  navigation.addEventListener("navigate", (event) => {
+    if (!event.destination.sameDocument) window.__webrlLeaving = true;
+  });
+} else {
+  addEventListener("beforeunload", () => { window.__webrlLeaving = true; });
+}
+"""
+"""Init script (every document of an episode's context): marks a document that started navigating away."""
+# Runs after the tasks the action queued (a form submission is one), then reads and clears the mark.
+_LEAVING_JS = """
+() => new Promise((done) => setTimeout(() => {
+  const leaving = window.__webrlLeaving === true;
+  window.__webrlLeaving = false;
+  done(leaving);
+}, 0))
+"""
+_MAY_NAVIGATE = frozenset({"click", "press_enter", "search", "go_backward", "go_forward"})
+NO_EARLIER_PAGE = "there is no earlier page in this tab's history"
 
 # One plain evaluate per element action (no Playwright selector engine, whose injected script
 # costs tens of ms to compile per page): does element N exist, does it open a tab, and for a
@@ -56,6 +81,44 @@ _INSPECT_JS = """
 
 class PageGoneError(RuntimeError):
     """The page, its context or the browser closed under the action: the episode cannot go on."""
+
+
+class _NavigationWatch:
+    """From before an action on: whether the main frame committed a document, or a navigation ended without one."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.settled = asyncio.Event()
+        page.on("framenavigated", self._navigated)
+        page.on("response", self._response)
+
+    def _navigated(self, frame: Any) -> None:
+        if frame == self.page.main_frame:
+            self.settled.set()
+
+    def _response(self, response: Any) -> None:
+        # A 204 or 205 answer to a navigation (the allowlist's answer among them) leaves the page where it was.
+        if response.status in (204, 205) and response.request.is_navigation_request():
+            self.settled.set()
+
+    def close(self) -> None:
+        self.page.remove_listener("framenavigated", self._navigated)
+        self.page.remove_listener("response", self._response)
+
+    async def settle(self, timeout_s: float) -> None:
+        """Wait for a navigation the action started to commit (or end), then for the document to parse."""
+        try:
+            leaving = await self.page.evaluate(_LEAVING_JS)
+        except PlaywrightError as err:
+            if not is_context_lost(err):
+                raise
+            leaving = True  # the document was replaced under the probe: a navigation committed
+        if leaving and not self.settled.is_set():
+            try:
+                await asyncio.wait_for(self.settled.wait(), timeout=timeout_s)
+            except asyncio.TimeoutError:
+                return  # still loading: the agent sees the page as it is and may Wait
+        await self.page.wait_for_load_state("domcontentloaded", timeout=timeout_s * 1000)
 
 
 def _short(err: BaseException) -> str:
@@ -93,17 +156,17 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
         before = page.url
         response = await (page.go_back if back else page.go_forward)(timeout=timeout_ms, wait_until="domcontentloaded")
         if response is None and page.url == before:
-            return f"there is no {'earlier' if back else 'later'} page in this tab's history"
+            return NO_EARLIER_PAGE if back else "there is no later page in this tab's history"
         if back and page.url == "about:blank":
             # A new tab's first history entry is about:blank; the agent must not strand itself there.
             await page.go_forward(timeout=timeout_ms, wait_until="domcontentloaded")
-            return "there is no earlier page in this tab's history"
+            return NO_EARLIER_PAGE
         return None
     if not is_element_id(action.element or ""):
         return f'element {action.element!r} is not an element id: use a number N from id="N" in the observation'
     selector = element_selector(action.element or "")
     wanted = action.argument if name == "select" else None
-    info = await page.evaluate(_INSPECT_JS, {"selector": selector, "wanted": wanted})
+    info = await evaluate_settled(page, _INSPECT_JS, {"selector": selector, "wanted": wanted})
     if info is None:
         return f"element {action.element} is not in the page (use an id from the current observation)"
     locator = page.locator(selector).first
@@ -140,10 +203,14 @@ async def execute_action(page: Any, action: Action, timeout_s: float = 10.0, wai
     """
     timeout_ms = timeout_s * 1000
 
+    watch = _NavigationWatch(page) if action.name in _MAY_NAVIGATE else None
+
     async def act() -> str | None:
         error = await _run(page, action, timeout_ms, wait_s)
-        # A navigation the action started has committed by now; let its document finish parsing.
-        await page.wait_for_load_state("domcontentloaded", timeout=timeout_ms)
+        if watch is not None:
+            await watch.settle(timeout_s)
+        else:
+            await page.wait_for_load_state("domcontentloaded", timeout=timeout_ms)
         return error
 
     try:
@@ -152,3 +219,6 @@ async def execute_action(page: Any, action: Action, timeout_s: float = 10.0, wai
         if page.is_closed() or not page.context.browser or not page.context.browser.is_connected():
             raise PageGoneError(_short(err)) from err
         return f"{action.name} failed: {_short(err)}"
+    finally:
+        if watch is not None:
+            watch.close()

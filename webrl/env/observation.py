@@ -12,10 +12,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from playwright.async_api import Error as PlaywrightError
+
 from webrl.env.observation_script import OBSERVE_JS
 
 # The attribute the page script stamps on every labelled element; actions find element N with it.
 ELEMENT_ATTRIBUTE = "data-webrl-id"
+# What Playwright says when a navigation replaced the document a script was running in.
+_CONTEXT_LOST = ("Execution context was destroyed", "Cannot find context with specified id", "because of a navigation")
+PAGE_SCRIPT_ATTEMPTS = 3
+"""How often a page script is run when navigations keep replacing its document under it."""
 # The page script numbers labelled elements 0, 1, 2, … in decimal; no other id exists.
 _ELEMENT_ID = re.compile(r"0|[1-9][0-9]*")
 
@@ -81,10 +87,35 @@ def cut_to_budget(html: str, max_chars: int) -> str:
     return f"{head}\n[... observation cut: {len(html) - len(head)} more characters ...]"
 
 
+def is_context_lost(err: BaseException) -> bool:
+    """Whether a page script failed only because a navigation replaced its document (then it can run again)."""
+    return isinstance(err, PlaywrightError) and any(text in str(err) for text in _CONTEXT_LOST)
+
+
+async def evaluate_settled(page: Any, script: str, arg: Any = None) -> Any:
+    """`page.evaluate`, run again in the new document when a navigation destroyed the one it ran in.
+
+    A navigation that commits while a script runs is not a failure of the page or of the agent: the
+    script is rerun once the new document has parsed, up to PAGE_SCRIPT_ATTEMPTS times in all.
+    """
+    for _ in range(PAGE_SCRIPT_ATTEMPTS - 1):
+        try:
+            return await page.evaluate(script, arg)
+        except PlaywrightError as err:
+            if not is_context_lost(err):
+                raise
+            await page.wait_for_load_state("domcontentloaded")
+    return await page.evaluate(script, arg)
+
+
 async def observe(page: Any, config: ObservationConfig | None = None) -> Observation:
-    """Render `page` (a Playwright Page) as an Observation and stamp element ids in the DOM."""
+    """Render `page` (a Playwright Page) as an Observation and stamp element ids in the DOM.
+
+    A navigation that replaces the document during the observation is waited out and the new page observed.
+    """
     config = config or ObservationConfig()
-    result = await page.evaluate(
+    result = await evaluate_settled(
+        page,
         OBSERVE_JS,
         {
             "maxChars": config.max_chars,

@@ -14,6 +14,12 @@ in flight. Nothing an episode does stops the run: a dead browser, a hung page (p
 timeout), a prompt the engine rejects or an evaluator that cannot run (a WebArena `func:` helper)
 ends that episode with status "error" or "timeout" and the reason recorded. Only an engine that
 fails every prompt of 3 calls in a row stops the run (`EngineDownError`: it is down).
+
+An episode that ends in "error" because the browser or the site failed (`Trajectory.infra_error`)
+is not the agent's failure: its task is run once more, from the start, in a fresh context (a dead
+Chromium is relaunched by the pool). The second try's trajectory is the one kept, with `attempts`
+= 2 and the first error in its metadata; if it fails the same way too, it stays marked, and the
+labels and success rates leave it out (`rollout/infra_errors` counts it).
 """
 
 from __future__ import annotations
@@ -158,6 +164,16 @@ class _Rollout:
         self.step_latencies: list[float] = []
 
     async def episode(self, task: Task) -> Trajectory:
+        """Run `task`; once more in a fresh context if the browser or the site failed it."""
+        trajectory = await self._attempt(task)
+        if not trajectory.infra_error:
+            return trajectory
+        log.warning("task %s: the browser or site failed (%s); retrying it once", task.task_id, trajectory.error)
+        retried = await self._attempt(task)
+        retried.metadata.update(attempts=2, first_error=trajectory.error)
+        return retried
+
+    async def _attempt(self, task: Task) -> Trajectory:
         async with self.pool.episode(task, self.backend, self.limits, self.observation) as episode:
             # Backstop for a hung page or engine; the episode enforces its own limit between steps.
             limits = self.limits

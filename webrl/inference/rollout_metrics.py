@@ -75,7 +75,11 @@ def _quantile(values: list[float], q: float) -> float:
 def rollout_metrics(
     trajectories: list[Trajectory], clock: ActivityClock, step_latencies: list[float], generated_tokens: int
 ) -> dict[str, float]:
-    """Throughput, latency, time split and success figures under `rollout/` keys."""
+    """Throughput, latency, time split and success figures under `rollout/` keys.
+
+    Success rates leave out `infra_error` trajectories; `rollout/infra_errors` counts them and
+    `rollout/retried` the tasks run a second time.
+    """
     wall = clock.wall()
     buckets = clock.buckets
     engine_busy = buckets["engine_only"] + buckets["both"]
@@ -114,10 +118,14 @@ def rollout_counts(trajectories: list[Trajectory]) -> dict[str, float]:
         "rollout/episodes": len(trajectories),
         "rollout/steps": sum(len(t.steps) for t in trajectories),
     }
-    if trajectories:
-        metrics["rollout/success_rate"] = sum(t.succeeded for t in trajectories) / len(trajectories)
+    # A browser or site failure that a retry did not cure says nothing about the agent: not in the rates.
+    counted = [t for t in trajectories if not t.infra_error]
+    metrics["rollout/infra_errors"] = len(trajectories) - len(counted)
+    metrics["rollout/retried"] = sum(t.metadata.get("attempts", 1) > 1 for t in trajectories)
+    if counted:
+        metrics["rollout/success_rate"] = sum(t.succeeded for t in counted) / len(counted)
     by_site: dict[str, list[bool]] = defaultdict(list)
-    for trajectory in trajectories:
+    for trajectory in counted:
         by_site[trajectory.task.site].append(trajectory.succeeded)
     for site, outcomes in sorted(by_site.items()):
         metrics[f"rollout/success_rate/{site}"] = sum(outcomes) / len(outcomes)

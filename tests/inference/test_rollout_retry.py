@@ -1,0 +1,118 @@
+"""A browser failure is not the agent's: the episode is retried once, and a second failure is left out and counted.
+
+The failure is made on purpose, not raced: the site's backend closes the episode's browser context
+after the first action of its first `failures` episodes, so the next action finds the page gone.
+Tasks end by answering "shipped" on page2.html, which the evaluator scores 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from webrl.data.trajectory import Task, read_trajectories
+from webrl.env.backend import WebArenaBackend
+from webrl.env.episode import EpisodeLimits
+from webrl.env.static_server import StaticServer
+from webrl.env.tasks import load_tasks
+from webrl.inference.engine import Completion
+from webrl.inference.rollout import collect_rollouts
+from webrl.metrics import success_by_site
+
+pytestmark = pytest.mark.timeout(180)
+
+PAGES = Path(__file__).parents[1] / "env" / "pages"
+FAST = EpisodeLimits(action_timeout_s=5.0, wait_action_s=0.05)
+ANSWERS = ('do(action="Wait")', 'do(action="Scroll Down")', 'exit(message="shipped")')
+
+
+class _ContextClosingBackend(WebArenaBackend):
+    """The test pages' backend, except that its first `failures` episodes lose their context after one action."""
+
+    def __init__(self, url_map: dict[str, str], failures: int) -> None:
+        super().__init__(url_map)
+        self.failures = failures
+        self.closed = 0
+
+    async def episode_done(self, page: Any, task: Task) -> bool:
+        if self.closed < self.failures:
+            self.closed += 1
+            await page.context.close()
+        return False
+
+
+class _ThreeSteps:
+    """Answers by step number (the prompt is the number of steps so far): Wait, Scroll Down, then the answer."""
+
+    def generate(self, prompts, params):
+        return [Completion(ANSWERS[min(int(p), len(ANSWERS) - 1)], [], None, "stop") for p in prompts]
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def pages() -> Iterator[StaticServer]:
+    with StaticServer(PAGES) as server:
+        yield server
+
+
+def _tasks(pages: StaticServer, count: int) -> list[Task]:
+    block = {"eval_types": ["string_match"], "reference_answers": {"must_include": ["shipped"]}}
+    configs = [
+        Task(task_id=str(i), intent="status?", sites=["pages"], start_url="__PAGES__/page2.html", eval=block).to_dict()
+        for i in range(count)
+    ]
+    return load_tasks(configs, {"__PAGES__": pages.url})
+
+
+def _rollouts(run, pool, backend, tasks, out: Path):
+    return run(
+        collect_rollouts(
+            _ThreeSteps(),
+            tasks,
+            backend,
+            pool,
+            concurrency=1,
+            prompt_builder=lambda task, steps, html: str(len(steps)),
+            writer=out,
+            limits=FAST,
+            progress=False,
+        )
+    )
+
+
+def test_an_episode_whose_context_dies_is_retried_once_on_a_fresh_one(run, pool, pages, tmp_path):
+    backend = _ContextClosingBackend({"__PAGES__": pages.url}, failures=1)
+    result = _rollouts(run, pool, backend, _tasks(pages, 2), tmp_path / "rollouts.jsonl")
+    first, second = result.trajectories
+    assert backend.closed == 1
+    assert (first.status, first.eval_reward, len(first.steps)) == ("exit", 1.0, 3)
+    assert first.metadata["attempts"] == 2 and first.metadata["first_error"].startswith("browser failed during step 1")
+    assert not first.infra_error and "attempts" not in second.metadata and second.eval_reward == 1.0
+    assert result.metrics["rollout/retried"] == 1 and result.metrics["rollout/infra_errors"] == 0
+    assert result.metrics["rollout/success_rate"] == 1.0
+    # Only the kept try is written: one line per task.
+    assert [t.task.task_id for t in read_trajectories(tmp_path / "rollouts.jsonl")] == ["0", "1"]
+
+
+def test_an_episode_failing_twice_is_kept_out_of_rates_and_counted(run, pool, pages, tmp_path):
+    backend = _ContextClosingBackend({"__PAGES__": pages.url}, failures=2)
+    result = _rollouts(run, pool, backend, _tasks(pages, 3), tmp_path / "rollouts.jsonl")
+    failed, *rest = result.trajectories
+    assert backend.closed == 2
+    assert failed.status == "error" and failed.infra_error and failed.metadata["attempts"] == 2
+    assert failed.eval_reward is None and failed.error.startswith("browser failed during step 1")
+    assert [t.eval_reward for t in rest] == [1.0, 1.0] and not any(t.infra_error for t in rest)
+    metrics = result.metrics
+    assert (metrics["rollout/infra_errors"], metrics["rollout/retried"], metrics["rollout/status/error"]) == (1, 1, 1)
+    # 2 of 2 countable episodes succeeded, not 2 of 3.
+    assert metrics["rollout/success_rate"] == 1.0 and metrics["rollout/success_rate/pages"] == 1.0
+    # The run's success figures (training outcome, evaluator reward) leave it out the same way.
+    for trajectory in result.trajectories:
+        trajectory.outcome = float(trajectory.eval_reward or 0.0)
+    by_site = success_by_site(result.trajectories, key="outcome")
+    assert by_site == {"success_rate": 1.0, "episodes": 2.0, "success_rate/pages": 1.0, "infra_errors": 1.0}
