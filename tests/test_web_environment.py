@@ -1,0 +1,109 @@
+"""WebEnvironment: which tasks a suite holds, how its settings reach the driver, and resumable episodes.
+
+The suites are the shipped embedded ones (no server needed to list them); the episodes run the
+reference solver on two embedded tasks in a real Chromium against the real sites server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from webrl.config import load_config
+from webrl.data.prompts import actor_prompt_for_step
+from webrl.data.trajectory import Task, read_trajectories
+from webrl.env.episode import EpisodeLimits
+from webrl.env.splits import VALIDATION_SIZE
+from webrl.inference.scripted import ScriptedEngine
+from webrl.loop_config import WebRLConfig
+from webrl.web_environment import WebEnvironment
+
+pytestmark = pytest.mark.timeout(300)
+EPISODE_TASKS = ("0", "15")
+"""Two train tasks the reference solver is known to solve (as in tests/test_orm_data.py)."""
+
+
+def _environment(*overrides: str) -> WebEnvironment:
+    return WebEnvironment(load_config(WebRLConfig, list(overrides)))
+
+
+class PatientEnvironment(WebEnvironment):
+    """Generous per-action limits: the 2 cores are shared, and a slow step must not read as a failed episode."""
+
+    def limits(self) -> EpisodeLimits:
+        return EpisodeLimits(max_steps=self.config.env.max_steps, action_timeout_s=30.0, reset_timeout_s=120.0)
+
+
+def _ids(tasks: list[Task]) -> list[str]:
+    return [task.task_id for task in tasks]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("web_environment")
+    overrides = [f"output_dir={root}", "env.max_steps=10", "rollout.concurrency=2"]
+    with PatientEnvironment(load_config(WebRLConfig, overrides)) as environment:
+        yield environment
+
+
+def test_a_limited_suite_is_a_seeded_sample_in_task_id_order(env: WebEnvironment):
+    train = env.suite("train", 0, 0)
+    sample = env.suite("train", 5, 3)
+    assert len(sample) == 5 and set(_ids(sample)) <= set(_ids(train))
+    assert _ids(sample) == sorted(_ids(sample))
+    assert _ids(env.suite("train", 5, 3)) == _ids(sample)
+    assert _ids(env.suite("train", 5, 4)) != _ids(sample)
+    assert _ids(env.suite("train", len(train) + 10, 3)) == _ids(train), "a limit above the suite's size takes all"
+
+
+def test_train_fit_and_validation_partition_train(env: WebEnvironment):
+    train, fit, validation = (set(_ids(env.suite(split, 0, 0))) for split in ("train", "train_fit", "validation"))
+    assert len(validation) == VALIDATION_SIZE
+    assert fit.isdisjoint(validation)
+    assert fit | validation == train
+    assert train.isdisjoint(_ids(env.suite("test", 0, 0)))
+
+
+def test_sampling_follows_the_rollout_or_the_evaluation_settings():
+    env = _environment("rollout.temperature=0.7", "rollout.top_p=0.9", "rollout.eval_temperature=0.0")
+    rollout, evaluation = env.sampling(evaluation=False, seed=5), env.sampling(evaluation=True, seed=6)
+    assert (rollout.temperature, rollout.top_p, rollout.seed) == (0.7, 0.9, 5)
+    assert (evaluation.temperature, evaluation.top_p, evaluation.seed) == (0.0, 1.0, 6)
+    assert rollout.max_tokens == evaluation.max_tokens == env.config.rollout.max_tokens
+
+
+def test_episode_settings_come_from_the_env_and_rollout_sections():
+    env = _environment("env.max_steps=7", "env.html_chars=1234", "rollout.concurrency=3")
+    assert env.limits().max_steps == 7
+    assert env.observation_config().max_chars == 1234
+    assert env.browser_config().max_concurrency == 3
+    assert env.browser_config(concurrency=2).max_concurrency == 2
+
+
+def test_an_engine_without_a_chat_template_gets_the_completion_form():
+    task = Task(task_id="t", intent="Find the price", sites=["shopping"], start_url="")
+    build = WebEnvironment.actor_prompt_builder(ScriptedEngine.exit_at_once())
+    assert build(task, [], "<p>hi</p>") == actor_prompt_for_step(task, [], "<p>hi</p>", chat_template_tokenizer=None)
+
+
+def test_run_episodes_resumes_from_its_file_and_returns_task_order(env: WebEnvironment):
+    """The first call runs task 15 alone; the second is asked for [15, 0] and runs only 0; the third runs nothing."""
+    first, second = (t for t in env.suite("train", 0, 0) if t.task_id in EPISODE_TASKS)
+    assert (first.task_id, second.task_id) == EPISODE_TASKS
+    out = Path(env.config.output_dir) / "episodes.jsonl"
+    solver = ScriptedEngine.for_embedded_sites()
+    done, metrics = env.run_episodes(solver, [second], out, phase=2, evaluation=True, seed=0, progress=False)
+    assert [(t.task.task_id, t.eval_reward, t.phase) for t in done] == [("15", 1.0, 2)]
+    assert metrics, "a call that ran episodes reports their metrics"
+    both, _ = env.run_episodes(solver, [second, first], out, phase=2, evaluation=True, seed=0, progress=False)
+    assert [(t.task.task_id, t.eval_reward) for t in both] == [("15", 1.0), ("0", 1.0)]
+    assert both[0].to_dict() == done[0].to_dict(), "the finished episode is read back, not run again"
+    assert sorted(_ids([t.task for t in read_trajectories(out)])) == ["0", "15"]
+    # Every task is in the file: nothing runs, so an engine that would fail every task changes nothing.
+    again, metrics = env.run_episodes(
+        ScriptedEngine.exit_at_once(), [first, second], out, phase=2, evaluation=True, seed=0, progress=False
+    )
+    assert [t.to_dict() for t in again] == [both[1].to_dict(), both[0].to_dict()]
+    assert metrics == {}
+    assert len(read_trajectories(out)) == 2
