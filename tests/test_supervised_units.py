@@ -1,0 +1,210 @@
+"""The supervised stages' caches: their keys, when a directory counts as built, and what each reads back.
+
+No model is trained here: the caches are filled by hand (a demonstrations file with its `.done`
+marker, a directory with its done marker) or by the tiny model factory at its smallest shape, and
+the functions must take what is there instead of building it again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from lightning.fabric import Fabric
+from sample_records import build_trajectory
+
+from webrl.config import load_config
+from webrl.data.atomic_io import write_text_atomic
+from webrl.data.prompts import trajectory_orm_prompt
+from webrl.data.trajectory import write_trajectories
+from webrl.loop_config import WebRLConfig
+from webrl.supervised import (
+    DONE_MARKER,
+    base_model_dir,
+    cache_key,
+    collect_demonstrations,
+    demonstration_tokenizer,
+    demonstrations_path,
+    ensure_orm,
+    ensure_sft,
+    is_built,
+    orm_dir,
+    orm_training_pairs,
+    sft_dir,
+    suite_fingerprint,
+)
+
+EXTERNAL = "/suites/webarena"
+TINY = ["model.tiny_hidden_size=64", "model.tiny_layers=1", "model.tiny_vocab_size=300"]
+
+
+def _config(tmp_path: Path, *overrides: str) -> WebRLConfig:
+    return load_config(
+        WebRLConfig, [f"output_dir={tmp_path / 'run'}", f"model.cache_dir={tmp_path / 'cache'}", *overrides]
+    )
+
+
+@dataclasses.dataclass
+class Shape:
+    a: int = 1
+    b: str = "x"
+
+
+def test_cache_key_is_a_fixed_hash_of_its_parts():
+    """Known values: a change of the key function would silently orphan every cache already built."""
+    assert cache_key("a", 1) == "2657442bb4a4"
+    assert cache_key({"a": 1, "b": 2}) == cache_key({"b": 2, "a": 1}) == "1176b831c374"
+    assert cache_key(Shape()) == cache_key({"a": 1, "b": "x"}) == "8eb01ace1665", "a dataclass keys as its fields"
+    assert cache_key(1, "a") != cache_key("a", 1)
+
+
+def test_a_directory_is_built_only_once_its_done_marker_is_in(tmp_path):
+    target = tmp_path / "sft-x"
+    assert not is_built(target)
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    assert not is_built(target), "a half-written directory is not a cache hit"
+    (target / DONE_MARKER).write_text("{}")
+    assert is_built(target)
+
+
+def _external(config: WebRLConfig) -> WebRLConfig:
+    """`config` on an external WebArena suite; set after loading, as only its name is read here (no tasks, no URLs)."""
+    config.env.suite = EXTERNAL
+    return config
+
+
+def _model_dir(path: Path) -> Path:
+    """A directory the config accepts as a model (it holds a config.json); nothing loads it here."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    return path
+
+
+def _sft_name(config: WebRLConfig, base: str = "/models/base", demos: str = "demos-abc.jsonl") -> str:
+    return sft_dir(config, Path(base), Path(demos)).name
+
+
+def test_the_sft_cache_changes_with_its_inputs_and_only_with_them(tmp_path):
+    plain = _sft_name(_config(tmp_path))
+    assert _sft_name(_config(tmp_path)) == plain
+    assert _sft_name(_config(tmp_path), base="/models/other") != plain
+    assert _sft_name(_config(tmp_path), demos="demos-def.jsonl") != plain
+    for changed in ("sft.train.lr=0.5", "seed=1", "sft.demo_tasks=7"):
+        assert _sft_name(_config(tmp_path, changed)) != plain, changed
+    assert _sft_name(_external(_config(tmp_path))) != plain
+    for unrelated in ("actor.train.lr=0.5", "phases=9", "rollout.temperature=0.3", "orm.train.lr=0.5"):
+        assert _sft_name(_config(tmp_path, unrelated)) == plain, unrelated
+
+
+def test_the_orm_cache_changes_with_its_inputs_and_only_with_them(tmp_path):
+    def name(config: WebRLConfig, sft: str = "/cache/sft-1") -> str:
+        return orm_dir(config, Path(sft)).name
+
+    plain = name(_config(tmp_path))
+    assert plain.startswith("orm-") and name(_config(tmp_path)) == plain
+    assert name(_config(tmp_path), sft="/cache/sft-2") != plain
+    for changed in (
+        "orm.train.lr=0.5",
+        "env.max_steps=9",
+        "rollout.temperature=0.3",
+        "seed=1",
+        "fabric.precision=bf16-mixed",
+    ):
+        assert name(_config(tmp_path, changed)) != plain, changed
+    for unrelated in ("actor.train.lr=0.5", "phases=9", "sft.train.lr=0.5", "critic.train.lr=0.5"):
+        assert name(_config(tmp_path, unrelated)) == plain, unrelated
+
+
+def test_the_demonstrations_cache_follows_how_they_are_recorded(tmp_path):
+    plain = demonstrations_path(_config(tmp_path), None)
+    assert plain.parent == tmp_path / "cache" and plain.name.startswith("demos-") and plain.suffix == ".jsonl"
+    for changed in ("env.html_chars=999", "env.max_steps=9", "sft.demo_tasks=7", "seed=1", "env.train_split=train_fit"):
+        assert demonstrations_path(_config(tmp_path, changed), None) != plain, changed
+    for unrelated in ("sft.train.lr=0.5", "rollout.temperature=0.3", "env.test_split=validation"):
+        assert demonstrations_path(_config(tmp_path, unrelated), None) == plain, unrelated
+
+
+def test_the_suite_fingerprint_hashes_the_embedded_sites_and_names_an_external_suite(tmp_path):
+    embedded = suite_fingerprint(_config(tmp_path))
+    assert len(embedded) == 12 and int(embedded, 16) >= 0
+    assert suite_fingerprint(_config(tmp_path)) == embedded
+    assert suite_fingerprint(_external(_config(tmp_path))) == EXTERNAL
+
+
+def test_the_tiny_model_records_demonstrations_in_the_completion_form(tmp_path):
+    assert demonstration_tokenizer(_config(tmp_path)) is None
+
+
+def test_the_tiny_base_model_is_built_once_per_shape(tmp_path):
+    config = _config(tmp_path, *TINY)
+    demos = [build_trajectory("a"), build_trajectory("b")]
+    built = base_model_dir(config, demos)
+    assert is_built(built) and (built / "config.json").is_file()
+    stamp = (built / DONE_MARKER).stat().st_mtime_ns
+    assert base_model_dir(config, demos) == built
+    assert (built / DONE_MARKER).stat().st_mtime_ns == stamp, "a built model is reused, not rebuilt"
+    assert not built.with_name(built.name + ".tmp").exists()
+    wider = base_model_dir(_config(tmp_path, *TINY, "model.tiny_layers=2"), demos)
+    assert wider != built and is_built(wider)
+
+
+def test_a_given_base_model_directory_must_hold_a_model(tmp_path):
+    model = _model_dir(tmp_path / "model")
+    config = _config(tmp_path, f"model.base={model}")
+    assert base_model_dir(config, []) == model
+    (model / "config.json").unlink()  # removed after the config was checked: base_model_dir checks again
+    with pytest.raises(ValueError, match="neither tiny, smollm2 nor a model directory"):
+        base_model_dir(config, [])
+
+
+def _cached_demonstrations(path: Path, rewards: list[float]) -> None:
+    trajectories = [build_trajectory(f"t{i}", eval_reward=reward) for i, reward in enumerate(rewards)]
+    write_trajectories(path, trajectories)
+    write_text_atomic(path.with_name(path.name + ".done"), "")
+
+
+def test_finished_demonstrations_are_read_back_and_only_full_scores_kept(tmp_path):
+    path = tmp_path / "demos.jsonl"
+    _cached_demonstrations(path, [1.0, 0.0, 1.0, 0.5])
+    kept = collect_demonstrations(None, path, limit=4, concurrency=1)  # the environment is never touched
+    assert [t.task.task_id for t in kept] == ["t0", "t2"]
+    _cached_demonstrations(path, [0.0])
+    with pytest.raises(RuntimeError, match="no successful demonstration"):
+        collect_demonstrations(None, path, limit=1, concurrency=1)
+
+
+def test_orm_pairs_are_labelled_by_the_evaluator_and_skip_unlabelled_or_empty(tmp_path):
+    good, bad, unlabelled = (build_trajectory(i, eval_reward=r) for i, r in (("g", 1.0), ("b", 0.0), ("u", None)))
+    empty = build_trajectory("e", num_steps=0, eval_reward=1.0)
+    pairs = orm_training_pairs([good, bad, unlabelled, empty], tokenizer=None)
+    assert pairs == [(trajectory_orm_prompt(good), 1.0), (trajectory_orm_prompt(bad), 0.0)]
+
+
+@pytest.fixture(scope="module")
+def fabric() -> Fabric:
+    return Fabric(accelerator="cpu", devices=1)
+
+
+def test_ensure_sft_with_a_given_actor_trains_nothing_and_returns_the_cached_demonstrations(tmp_path, fabric):
+    """The given actor is the tiny model, whose tokenizer decides the demonstrations' prompt form (and cache file)."""
+    given = base_model_dir(_config(tmp_path, *TINY), [build_trajectory("a")])
+    config = _config(tmp_path, *TINY, f"model.actor={given}")
+    _cached_demonstrations(demonstrations_path(config, demonstration_tokenizer(config)), [1.0, 1.0, 0.0])
+    actor, demos = ensure_sft(config, fabric, env=None)
+    assert actor == given
+    assert [t.task.task_id for t in demos] == ["t0", "t1"]
+    assert not list((tmp_path / "cache").glob("sft-*"))
+
+
+def test_ensure_orm_reuses_a_given_or_built_orm(tmp_path, fabric):
+    given = _config(tmp_path, f"model.orm={_model_dir(tmp_path / 'orm')}")
+    assert ensure_orm(given, fabric, None, None, tmp_path / "sft", []) == tmp_path / "orm"
+    config = _config(tmp_path)
+    target = orm_dir(config, tmp_path / "sft")
+    target.mkdir(parents=True)
+    (target / DONE_MARKER).write_text(json.dumps({}))
+    assert ensure_orm(config, fabric, None, None, tmp_path / "sft", []) == target
+    assert not target.with_name(target.name.replace("orm-", "orm-data-", 1)).exists(), "no data was collected"
