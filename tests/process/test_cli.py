@@ -81,6 +81,10 @@ def test_input_errors_are_one_line_naming_the_culprit(tmp_path, capsys):
     bad.write_text('{"schema": 1}\n{oops\n{"schema": 1}\n')
     code = main(["stage=[1]", f"rollouts={bad}", f"output={tmp_path / 'o.jsonl'}", evaluator])
     assert code == 2
+    assert "bad.jsonl:2: not valid JSON" in capsys.readouterr().err
+    bad.write_text('{"schema": 1}\n')
+    code = main(["stage=[1]", f"rollouts={bad}", f"output={tmp_path / 'o.jsonl'}", evaluator])
+    assert code == 2
     assert "bad.jsonl:1: not a trajectory record" in capsys.readouterr().err
     code = main(["stage=[2]", f"output={tmp_path / 'none.jsonl'}", "actor=x"])
     assert code == 2
