@@ -29,12 +29,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
 from webrl.config_checks import positive, require, within
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.steps import DEFAULT_GAMMA, StepSample, trajectory_to_samples
 from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, phase_name, read_trajectories, write_trajectories
+from webrl.progress import progress_bar
 
 MANIFEST_VERSION = 1
 
@@ -214,8 +214,8 @@ def score_samples(
     shard = list(samples[rank::world])
     local: list[float] = []
     starts = range(0, len(shard), batch_size)
-    # A bar on rank 0 only, and only on a terminal (tqdm's disable=None).
-    for start in tqdm(starts, desc="replay scoring", unit="batch", leave=False, disable=True if rank else None):
+    # Progress on rank 0 only: a bar on a terminal, a periodic line elsewhere.
+    for start in progress_bar(starts, desc="replay scoring", unit="batch", enabled=rank == 0):
         batch = shard[start : start + batch_size]
         scores = score([s.prompt for s in batch], [s.action for s in batch])
         if len(scores) != len(batch):
