@@ -10,7 +10,8 @@ by the task's evaluator, balanced; the recipe prints how many positives and nega
 and kept. The ORM is cached under model.cache_dir and reused by `python -m recipes.webrl`. It is then
 judged on trajectories it never saw: the SFT actor's sampled rollouts on the held-out test split, where
 the programmatic evaluators give the true label (the paper's Table 3 measures its ORM the same way):
-accuracy (agreement), precision and recall. Results go to `<output_dir>/orm_eval.json`.
+accuracy (agreement), precision, recall, AUROC (from P(YES)) and the confusion matrix.
+Results go to `<output_dir>/orm_eval.json`.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(f"ORM: {orm}")
     if data:
         print(f"trained on (evaluator labels, per source):\n{format_counts(data)}")
-    names = (("accuracy", "agreement"), ("precision", "precision"), ("recall", "recall"))
-    figures = ", ".join(f"{name} {100 * results.get(f'orm/{key}', 0.0):.1f}%" for name, key in names)
+    names = (("accuracy", "agreement"), ("precision", "precision"), ("recall", "recall"), ("AUROC", "auroc"))
+    figures = ", ".join(f"{name} {100 * results[f'orm/{key}']:.1f}%" for name, key in names if f"orm/{key}" in results)
     print(f"on {len(held_out)} held-out SFT rollouts ({100 * results['success_rate']:.1f}% successful): {figures}")
     return results
 

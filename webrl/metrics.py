@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import torch
+from torchmetrics.functional.classification import (
+    binary_accuracy,
+    binary_auroc,
+    binary_confusion_matrix,
+    binary_precision,
+    binary_recall,
+)
+
 from webrl.data.trajectory import Trajectory, is_success
 
 
@@ -47,18 +56,29 @@ def infra_errors(trajectories: list[Trajectory]) -> float:
 
 
 def agreement(trajectories: list[Trajectory]) -> dict[str, float]:
-    """How often the ORM's verdict matches the programmatic evaluator, where a trajectory has both."""
-    pairs = [
-        (is_success(t.orm_reward), is_success(t.eval_reward))
-        for t in trajectories
-        if t.orm_reward is not None and t.eval_reward is not None
-    ]
-    if not pairs:
+    """How the ORM's verdicts compare with the programmatic evaluator's, where a trajectory has both.
+
+    The evaluator is the truth: `orm/agreement` (accuracy), precision, recall, the confusion matrix
+    (`orm/tp`, `orm/fp`, `orm/fn`, `orm/tn`) from the ORM's reward, and `orm/auroc` from its score P(YES),
+    which needs both outcomes among the compared and every one of them scored. torchmetrics computes them.
+    """
+    compared = [t for t in trajectories if t.orm_reward is not None and t.eval_reward is not None]
+    if not compared:
         return {}
-    true_pos = sum(orm and ev for orm, ev in pairs)
-    return {
-        "orm/agreement": sum(orm == ev for orm, ev in pairs) / len(pairs),
-        "orm/precision": true_pos / max(1, sum(orm for orm, _ in pairs)),
-        "orm/recall": true_pos / max(1, sum(ev for _, ev in pairs)),
-        "orm/compared": float(len(pairs)),
+    verdict = torch.tensor([int(is_success(t.orm_reward)) for t in compared])
+    truth = torch.tensor([int(is_success(t.eval_reward)) for t in compared])
+    (tn, fp), (fn, tp) = binary_confusion_matrix(verdict, truth).tolist()
+    out = {
+        "orm/agreement": binary_accuracy(verdict, truth).item(),
+        "orm/precision": binary_precision(verdict, truth).item(),
+        "orm/recall": binary_recall(verdict, truth).item(),
+        "orm/tp": float(tp),
+        "orm/fp": float(fp),
+        "orm/fn": float(fn),
+        "orm/tn": float(tn),
+        "orm/compared": float(len(compared)),
     }
+    scores = [t.orm_score for t in compared]
+    if 0 < int(truth.sum()) < len(compared) and all(score is not None for score in scores):
+        out["orm/auroc"] = binary_auroc(torch.tensor(scores, dtype=torch.float32), truth).item()
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.utils.data import DataLoader
 
@@ -59,7 +60,7 @@ def test_compute_loss_is_the_double_critic_loss(tiny):
         batch["outcome"],
     )
     assert torch.allclose(loss, expected) and torch.equal(metrics["critic/acc"], accuracy)
-    assert set(metrics) == {"critic/loss", "critic/acc", "critic/value_mean"}
+    assert set(metrics) == {"critic/loss", "critic/acc", "critic/value_mean", "critic/calibration_error"}
 
 
 def test_a_lora_critic_trains_its_adapters_and_heads_only(tiny_dir):
@@ -84,3 +85,27 @@ def test_trainer_fit_learns_to_separate_outcomes(tiny, trainer_factory):
     assert {"critic/loss", "critic/acc"} <= set(trainer.callback_metrics)
     values = critic.values([STATES[0], STATES[1]])
     assert values[0] > 0.5 > values[1]
+
+
+def _hand_calibration_error(values: list[float], outcomes: list[int], bins: int = 10) -> float:
+    """Expected calibration error: per equal-width bin of V(s), |mean V − success rate| weighted by its share."""
+    members: dict[int, list[int]] = {}
+    for i, value in enumerate(values):
+        members.setdefault(min(int(value * bins), bins - 1), []).append(i)
+    return sum(
+        abs(sum(values[i] for i in rows) - sum(outcomes[i] for i in rows)) / len(values) for rows in members.values()
+    )
+
+
+def test_calibration_error_of_values_against_outcomes(tiny, trainer_factory):
+    model, tokenizer = tiny
+    critic = CriticModule(model, tokenizer)
+    examples = [(state, state, float(i % 2)) for i, state in enumerate(STATES * 2)]
+    outcomes = [int(outcome) for _, _, outcome in examples]
+    values = critic.values([state for state, _, _ in examples]).tolist()
+    _, metrics = critic.compute_loss(CriticModule.collate(tokenizer, examples[:3]))
+    expected = _hand_calibration_error(values[:3], outcomes[:3])
+    assert metrics["critic/calibration_error"].item() == pytest.approx(expected, abs=1e-5)
+    loader = DataLoader(examples, batch_size=4, collate_fn=lambda rows: CriticModule.collate(tokenizer, rows))
+    logged = trainer_factory(max_steps=1).validate(critic, loader, verbose=False)[0]
+    assert logged["critic/val_calibration_error"] == pytest.approx(_hand_calibration_error(values, outcomes), abs=1e-5)

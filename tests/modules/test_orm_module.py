@@ -100,3 +100,29 @@ def test_accuracy_counts_a_yes_at_the_configured_threshold(tiny):
     _, says_no = OutcomeRewardModule(model, tokenizer, threshold=1.0).compute_loss(batch)
     assert says_yes["orm/acc"].item() == pytest.approx(2 / 3)
     assert says_no["orm/acc"].item() == pytest.approx(1 / 3)
+
+
+def _hand_auroc(scores: list[float], labels: list[int]) -> float:
+    """Share of (positive, negative) pairs the scores order correctly, ties counting half."""
+    pos = [s for s, y in zip(scores, labels, strict=True) if y]
+    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
+    return sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg) / (len(pos) * len(neg))
+
+
+def test_validation_logs_epoch_accuracy_precision_recall_and_auroc(tiny, trainer_factory):
+    model, tokenizer = tiny
+    orm = OutcomeRewardModule(model, tokenizer)
+    scores = orm.score_prompts([prompt for prompt, _ in LABELLED]).tolist()
+    ranked = sorted(scores)
+    threshold = (ranked[2] + ranked[3]) / 2  # three of the six above it: both verdicts occur whatever the weights
+    orm.threshold = threshold
+    labels = [int(label) for _, label in LABELLED]
+    verdicts = [int(score >= threshold) for score in scores]
+    tp = sum(v and y for v, y in zip(verdicts, labels, strict=True))
+    loader = DataLoader(LABELLED, batch_size=4, collate_fn=lambda rows: OutcomeRewardModule.collate(tokenizer, rows))
+    logged = trainer_factory(max_steps=1).validate(orm, loader, verbose=False)[0]  # two batches: 4 + 2
+    assert logged["orm/val_accuracy"] == pytest.approx(sum(v == y for v, y in zip(verdicts, labels, strict=True)) / 6)
+    assert logged["orm/val_precision"] == pytest.approx(tp / 3)
+    assert logged["orm/val_recall"] == pytest.approx(tp / 3)
+    assert logged["orm/val_auroc"] == pytest.approx(_hand_auroc(scores, labels), abs=1e-6)
+    assert not any("val_metrics" in key for key in orm.state_dict())  # checkpoints hold weights only

@@ -48,10 +48,14 @@ class WebRLModule(L.LightningModule):
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         loss, metrics = self.compute_loss(batch)
+        self.log_validation(metrics, batch)
+        return loss
+
+    def log_validation(self, metrics: dict[str, Any], batch: dict[str, Any]) -> None:
+        """Log `metrics` as `{namespace}/val_{name}`; a torchmetrics object among them is computed over the epoch."""
         prefix = f"{self.namespace}/"
         renamed = {f"{prefix}val_{key.removeprefix(prefix)}": value for key, value in metrics.items()}
         self.log_dict(renamed, batch_size=_batch_size(batch))
-        return loss
 
 
 def _batch_size(batch: dict[str, Any]) -> int:

@@ -25,8 +25,11 @@ from pathlib import Path
 import torch
 from peft import PeftModel
 from torch import nn
+from torchmetrics.classification import BinaryCalibrationError
+from torchmetrics.functional.classification import binary_calibration_error
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from webrl.data.trajectory import SUCCESS_THRESHOLD
 from webrl.modules.base import WebRLModule
 from webrl.modules.lm import (
     LoraSettings,
@@ -40,6 +43,9 @@ from webrl.modules.losses import critic_loss, critic_values
 
 NUM_HEADS = 2
 HEAD_INIT_STD = 0.2
+CALIBRATION_BINS = 10
+"""Equal-width bins of V(s) for the expected calibration error (`critic/calibration_error`): |P(success) − rate|
+weighted by each bin's share. A value is a probability the advantage relies on, not just a ranking."""
 
 
 def _value_head(hidden: int) -> nn.Sequential:
@@ -97,6 +103,8 @@ class CriticModule(WebRLModule):
         self.trunk = model.base_model
         hidden = model.config.hidden_size
         self.heads = nn.ModuleList([_value_head(hidden) for _ in range(NUM_HEADS)])
+        # Epoch-level validation metric (Lightning computes and resets the logged object); no checkpoint state.
+        self.val_calibration = BinaryCalibrationError(n_bins=CALIBRATION_BINS)
         self.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -112,15 +120,27 @@ class CriticModule(WebRLModule):
         return torch.stack([head(feature) for head in self.heads])  # (H, B, 2)
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        loss, metrics, values, truth = self._loss_and_values(batch)
+        metrics["critic/calibration_error"] = binary_calibration_error(values, truth, n_bins=CALIBRATION_BINS)
+        return loss, metrics
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        """Loss per batch; the calibration error of V(s) against the outcomes over the whole epoch."""
+        loss, metrics, values, truth = self._loss_and_values(batch)
+        self.val_calibration.update(values, truth)
+        self.log_validation({**metrics, "critic/calibration_error": self.val_calibration}, batch)
+        return loss
+
+    def _loss_and_values(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """The double-critic loss, its per-batch metrics, the detached V(s) and the 0/1 outcomes; (B,) each."""
         logits = self(batch["state_input_ids"], batch["state_attention_mask"])  # (H, B, 2)
         next_logits = self(batch["next_state_input_ids"], batch["next_state_attention_mask"])  # (H, B, 2)
         loss, accuracy = critic_loss(logits, next_logits, batch["outcome"])
-        metrics = {
-            "critic/loss": loss.detach(),
-            "critic/acc": accuracy,
-            "critic/value_mean": critic_values(logits.detach()).mean(),
-        }
-        return loss, metrics
+        values = critic_values(logits.detach())  # (B,)
+        metrics = {"critic/loss": loss.detach(), "critic/acc": accuracy, "critic/value_mean": values.mean()}
+        return loss, metrics, values, (batch["outcome"] >= SUCCESS_THRESHOLD).long()
 
     def state_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """V(s) of tokenised states, without gradients; (B, T) → (B,)."""

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
+from torch import nn
+from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, BinaryPrecision, BinaryRecall
+from torchmetrics.functional.classification import binary_accuracy
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from webrl.data.labels import OrmScorer
@@ -37,6 +39,7 @@ from webrl.modules.base import WebRLModule
 from webrl.modules.critic import at_last_token
 from webrl.modules.lm import encode_prompt, load_model_and_tokenizer, pad_batch, position_ids_from_mask
 from webrl.modules.losses import orm_loss, yes_probability
+from webrl.progress import progress_bar
 
 ANSWER_WORD_CANDIDATES = (("YES", "NO"), ("Yes", "No"), (" YES", " NO"), (" Yes", " No"))
 """Answer pairs tried in order when none is given: the release's YES/NO first, then spellings that
@@ -74,7 +77,8 @@ def single_token_id(tokenizer: PreTrainedTokenizerBase, word: str) -> int:
 class OutcomeRewardModule(WebRLModule):
     """YES/NO verifier over a causal LM: `score_prompts` gives P(YES), `compute_loss` trains the answer token.
 
-    `threshold` is the run's `reward.threshold`; in training it only decides the logged `orm/acc`.
+    `threshold` is the run's `reward.threshold`; in training it only decides the logged verdict metrics
+    (`orm/acc` per batch; `orm/val_accuracy`, `orm/val_precision`, `orm/val_recall` per validation epoch).
     """
 
     namespace = "orm"
@@ -101,6 +105,15 @@ class OutcomeRewardModule(WebRLModule):
         self.answer_words = answer_words or default_answer_words(tokenizer)
         self.yes_id = single_token_id(tokenizer, self.answer_words[0])
         self.no_id = single_token_id(tokenizer, self.answer_words[1])
+        # Epoch-level validation metrics (Lightning computes and resets the logged objects); no checkpoint state.
+        self.val_metrics = nn.ModuleDict(
+            {
+                "accuracy": BinaryAccuracy(),
+                "precision": BinaryPrecision(),
+                "recall": BinaryRecall(),
+                "auroc": BinaryAUROC(),
+            }
+        )
         self.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -114,17 +127,41 @@ class OutcomeRewardModule(WebRLModule):
         return at_last_token(logits, attention_mask)  # (B, V)
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        loss, score = self._loss_and_score(batch)
+        verdict, truth = self._verdicts(score, batch["label"])
+        metrics = {
+            "orm/loss": loss.detach(),
+            "orm/acc": binary_accuracy(verdict, truth),
+            "orm/score_mean": score.mean(),
+        }
+        return loss, metrics
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        """Loss per batch; accuracy, precision, recall (verdicts at `threshold`) and AUROC (P(YES)) over the epoch."""
+        loss, score = self._loss_and_score(batch)
+        verdict, truth = self._verdicts(score, batch["label"])
+        for name, metric in self.val_metrics.items():
+            metric.update(score if name == "auroc" else verdict, truth)
+        self.log_validation({"orm/loss": loss.detach(), "orm/score_mean": score.mean(), **self.val_metrics}, batch)
+        return loss
+
+    def _loss_and_score(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The answer token's loss and the detached P(YES) of each row; (), (B,)."""
         last_logits = self(batch["input_ids"], batch["attention_mask"])  # (B, V)
-        label = batch["label"]  # (B,)
-        loss = orm_loss(last_logits, label, self.yes_id, self.no_id)
-        score = yes_probability(last_logits.detach(), self.yes_id, self.no_id)  # (B,)
-        accuracy = (orm_accepts(score, self.threshold) == is_success(label)).float().mean()
-        return loss, {"orm/loss": loss.detach(), "orm/acc": accuracy, "orm/score_mean": score.mean()}
+        loss = orm_loss(last_logits, batch["label"], self.yes_id, self.no_id)
+        return loss, yes_probability(last_logits.detach(), self.yes_id, self.no_id)
+
+    def _verdicts(self, score: torch.Tensor, label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ORM's 0/1 verdicts (`orm_accepts` at `threshold`: P(YES) ≥ it) and the 0/1 truth; (B,) long each.
+
+        Verdicts are passed as integers so that torchmetrics does not apply its own (strict, >) threshold.
+        """
+        return orm_accepts(score, self.threshold).long(), is_success(label).long()
 
     def score_prompts(self, prompts: Sequence[str], batch_size: int = 8) -> torch.Tensor:
         """P(YES) for built ORM prompts, batched and without gradients; returns (N,) on the CPU.
 
-        A progress bar shows on a terminal only (tqdm's `disable=None`), as ORM labelling runs it over every rollout.
+        ORM labelling runs it over every rollout: a bar on a terminal, a periodic line elsewhere (`progress_bar`).
         """
         device = next(self.model.parameters()).device
         was_training = self.training
@@ -133,7 +170,7 @@ class OutcomeRewardModule(WebRLModule):
         try:
             with torch.no_grad():
                 starts = range(0, len(prompts), batch_size)
-                for start in tqdm(starts, desc="ORM scoring", unit="batch", leave=False, disable=None):
+                for start in progress_bar(starts, desc="ORM scoring", unit="batch"):
                     rows = [
                         encode_prompt(self.tokenizer, p, self.max_length) for p in prompts[start : start + batch_size]
                     ]
