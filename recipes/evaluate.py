@@ -35,7 +35,7 @@ from webrl.evaluation.report import evaluation_statistics
 from webrl.evaluation.stats import require_same_tasks
 from webrl.inference.engine import build_engine
 from webrl.loop_config import WebRLConfig
-from webrl.metrics import success_by_site
+from webrl.metrics import errored, success_by_site
 from webrl.report import format_site_table
 from webrl.web_environment import WebEnvironment
 
@@ -62,7 +62,7 @@ def evaluate_checkpoint(
         )
     finally:
         engine.close()
-    metrics = success_by_site(trajectories, key="eval_reward")
+    metrics = {**success_by_site(trajectories, key="eval_reward"), "errors": errored(trajectories)}
     title = f"{name}: {checkpoint} on {config.env.test_split} ({len(tasks)} tasks)"
     seen_templates = {task.intent_template_id for task in env.suite(config.env.train_split, 0, config.seed)}
     statistics, markdown = evaluation_statistics(trajectories, seen_templates, title, baseline)

@@ -83,10 +83,14 @@ def _align(rows: list[list[str]]) -> str:
 
 
 def format_site_table(metrics: dict[str, float], title: str) -> str:
-    """Success per site of one evaluation (keys `success_rate` and `success_rate/<site>`)."""
+    """Success per site of one evaluation (keys `success_rate` and `success_rate/<site>`), and its errored
+    episodes where `errors` is given (`infra_errors` of them left out of the rates)."""
     lines = [title, f"{'site':<16}{'success %':>10}"]
     for key, value in sorted(metrics.items()):
         if key.startswith("success_rate/"):
             lines.append(f"{key.split('/', 1)[1]:<16}{_pct(value):>10}")
     lines.append(f"{'all':<16}{_pct(metrics.get('success_rate')):>10}  ({int(metrics.get('episodes', 0))} episodes)")
+    if "errors" in metrics:
+        infra = int(metrics.get("infra_errors", 0))
+        lines.append(f"errored episodes: {int(metrics['errors'])} ({infra} browser/site failures, not in the rates)")
     return "\n".join(lines)

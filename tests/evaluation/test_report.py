@@ -9,6 +9,8 @@ import pytest
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.evaluation.outcomes import Baseline, load_baseline, load_outcomes, task_outcomes
 from webrl.evaluation.report import evaluation_statistics
+from webrl.metrics import errored, success_by_site
+from webrl.report import format_site_table
 
 
 def trajectory(task_id: str, site: str, template: int, reward: float | None) -> Trajectory:
@@ -88,3 +90,24 @@ def test_a_baseline_without_outcomes_says_what_to_give(tmp_path):
         load_outcomes(path)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_outcomes(tmp_path / "missing.json")
+
+
+def test_errored_episodes_are_counted_in_the_record_the_markdown_and_the_site_table():
+    broken = Trajectory(
+        Task("6", "intent 6", ["gitlab"], "http://x/", intent_template_id=301),
+        status="error",
+        eval_reward=0.0,  # even with a verdict, a browser failure says nothing about the policy
+        metadata={"infra_error": True},
+    )
+    evaluator_failed = Trajectory(
+        Task("7", "intent 7", ["gitlab"], "http://x/", intent_template_id=301), status="error", eval_reward=0.0
+    )
+    episodes = [*TRAJECTORIES, broken, evaluator_failed]
+    record, markdown = evaluation_statistics(episodes, SEEN, "ckpt on test (7 tasks)")
+    assert record["errors"] == {"errored": 2, "infra_errors": 1}
+    assert record["breakdown"]["overall"]["n"] == 5 and "6" not in record["outcomes"]  # 4 + the evaluator failure
+    assert "Errored episodes: 2 (1 browser or site failures left out of every rate, 1 counted as failures)." in markdown
+    metrics = {**success_by_site(episodes, key="eval_reward"), "errors": errored(episodes)}
+    table = format_site_table(metrics, "ckpt on test")
+    assert table.splitlines()[-1] == "errored episodes: 2 (1 browser/site failures, not in the rates)"
+    assert "(5 episodes)" in table

@@ -18,12 +18,13 @@ from webrl.evaluation.breakdown import TaskOutcome
 def task_outcomes(trajectories: list[Trajectory]) -> list[TaskOutcome]:
     """Each trajectory's task and evaluator verdict (`is_success(eval_reward)`), as `webrl.metrics` counts it.
 
-    Trajectories without an evaluator reward are left out, as they are from the success rates.
+    Trajectories without an evaluator reward, or that the browser or the site failed (`infra_error`), are
+    left out, as they are from the success rates.
     """
     return [
         TaskOutcome(t.task.task_id, t.task.site, t.task.intent_template_id, is_success(t.eval_reward))
         for t in trajectories
-        if t.eval_reward is not None
+        if t.eval_reward is not None and not t.infra_error
     ]
 
 

@@ -7,11 +7,13 @@ with this one (`recipes.evaluate --baseline`).
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from webrl.data.trajectory import Trajectory
 from webrl.evaluation.breakdown import Breakdown, Rate, breakdown
 from webrl.evaluation.outcomes import Baseline, success_map, task_outcomes
 from webrl.evaluation.stats import McNemarResult, mcnemar, task_order
+from webrl.metrics import errored, infra_errors
 
 
 def evaluation_statistics(
@@ -23,7 +25,35 @@ def evaluation_statistics(
     successes = success_map(outcomes)
     comparison = mcnemar(successes, baseline.outcomes) if baseline is not None else None
     source = baseline.source if baseline is not None else ""
-    return statistics_record(rates, successes, comparison, source), format_statistics(title, rates, comparison, source)
+    errors = ErrorCounts.of(trajectories)
+    record = {**statistics_record(rates, successes, comparison, source), "errors": errors.to_dict()}
+    return record, format_statistics(title, rates, comparison, source, errors)
+
+
+@dataclass(frozen=True)
+class ErrorCounts:
+    """Episodes that ended in an error: all of them, and those the browser or the site failed (`infra_error`).
+
+    The latter are left out of every rate, so a reader needs their count to see the rate's denominator
+    shrink; the others (the task's evaluator failed) count as failures.
+    """
+
+    errored: int
+    infra: int
+
+    @classmethod
+    def of(cls, trajectories: list[Trajectory]) -> ErrorCounts:
+        return cls(int(errored(trajectories)), int(infra_errors(trajectories)))
+
+    def to_dict(self) -> dict[str, int]:
+        return {"errored": self.errored, "infra_errors": self.infra}
+
+    def sentence(self) -> str:
+        """One line for the markdown; says so when there were none, so that a missing line is never ambiguous."""
+        return (
+            f"Errored episodes: {self.errored} ({self.infra} browser or site failures left out of every rate, "
+            f"{self.errored - self.infra} counted as failures)."
+        )
 
 
 def statistics_record(
@@ -42,14 +72,22 @@ def statistics_record(
 
 
 def format_statistics(
-    title: str, breakdown: Breakdown, comparison: McNemarResult | None = None, baseline: str = ""
+    title: str,
+    breakdown: Breakdown,
+    comparison: McNemarResult | None = None,
+    baseline: str = "",
+    errors: ErrorCounts | None = None,
 ) -> str:
-    """Markdown: the overall rate and interval, tables per site, seen/test-only and template, the paired test."""
+    """Markdown: the overall rate and interval, errored episodes, tables per site, seen/test-only and template,
+    the paired test."""
     overall = breakdown.overall
+    success = (
+        f"Success: {_pct(overall.rate)}% ({overall.successes} of {overall.n} tasks), "
+        f"95% Wilson interval {_interval(overall)}%"
+    )
     sections = [
         f"# {title}",
-        f"Success: {_pct(overall.rate)}% ({overall.successes} of {overall.n} tasks), "
-        f"95% Wilson interval {_interval(overall)}%",
+        success if errors is None else f"{success}\n\n{errors.sentence()}",
         "## By site",
         _rate_table("site", breakdown.by_site),
         "## Templates seen in training vs test-only",
