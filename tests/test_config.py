@@ -89,6 +89,21 @@ def test_yaml_list_is_not_a_config(tmp_path):
         load_config(Root, ["--config", str(path)])
 
 
+@pytest.mark.parametrize(("text", "kind"), [("42\n", "int"), ("true\n", "bool")])
+def test_a_yaml_scalar_is_not_a_config(tmp_path, text, kind):
+    path = tmp_path / "scalar.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"scalar.yaml: the top level must be a mapping of keys .*: {kind}\\)$"):
+        load_config(Root, ["--config", str(path)])
+
+
+def test_a_binary_file_is_not_a_config(tmp_path):
+    path = tmp_path / "weights.yaml"
+    path.write_bytes(b"seed: \xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"weights.yaml: not UTF-8 text \(invalid start byte at byte 6\)"):
+        load_config(Root, ["--config", str(path)])
+
+
 def test_missing_file_and_malformed_items():
     with pytest.raises(ConfigError, match="not found"):
         load_config(Root, ["--config", "/nonexistent.yaml"])

@@ -94,6 +94,10 @@ def _merge_files(merged: DictConfig, paths: Sequence[str | Path | None]) -> Dict
             loaded = OmegaConf.load(path)
         except yaml.YAMLError as err:
             raise ConfigError(_describe_yaml_error(path, err)) from None
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        except OSError as err:  # OmegaConf's error for a top level that is a number or a boolean
+            raise ConfigError(f"{path}: the top level must be a mapping of keys ({err})") from None
         if not isinstance(loaded, DictConfig):
             raise ConfigError(f"{path}: the top level must be a mapping of keys, got a {type(loaded).__name__}")
         try:
