@@ -62,7 +62,8 @@ def test_on_a_terminal_a_tqdm_bar(monkeypatch: pytest.MonkeyPatch):
     bar = progress_bar(range(3), desc="ORM scoring", unit="batch", stream=stream)
     assert isinstance(bar, tqdm) and list(bar) == [0, 1, 2]
     drawn = stream.getvalue()
-    assert "ORM scoring" in drawn and "3/3" in drawn and "\r" in drawn and "done" not in drawn
+    # Frames drawn in place (carriage returns), the bar wiped at the end (leave=False), no log line.
+    assert drawn.startswith("\rORM scoring:   0%") and "0/3 [" in drawn and drawn.endswith("\r") and "done" not in drawn
 
 
 @pytest.mark.parametrize("stdout_is_terminal", [False, True])
