@@ -168,11 +168,12 @@ def test_filter_uses_only_first_success_of_a_task(make_trajectory):
     assert len(kept) == 2
 
 
-def test_score_samples_shows_no_bar_off_a_terminal(make_trajectory, capsys):
+def test_score_samples_logs_a_line_not_a_bar_off_a_terminal(make_trajectory, capsys):
     samples = trajectory_to_samples(make_trajectory("a", num_steps=3))
     assert score_samples(samples, lambda prompts, actions: [0.5] * len(prompts), batch_size=2) == [0.5] * 3
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == ""
+    assert captured.out == "" and "\r" not in captured.err
+    assert captured.err.startswith("replay scoring: done 2/2 batch (100%) in ") and captured.err.count("\n") == 1
 
 
 def test_score_samples_rejects_a_scorer_returning_the_wrong_count(make_trajectory):
