@@ -56,6 +56,9 @@ BAD_VALUES = [
     ("model.base=/nonexistent/model", "model.base='/nonexistent/model'", "tiny, smollm2 or a model directory"),
     ("model.actor=/nonexistent/actor", "model.actor='/nonexistent/actor'", "a model directory"),
     ("env.chromium=/nonexistent/chrome", "env.chromium='/nonexistent/chrome'", "executable"),
+    ("env.storage_state_dir=/nonexistent/states", "env.storage_state_dir='/nonexistent/states'", "a directory"),
+    ("env.judge_url=ftp://judge/v1", "env.judge_url='ftp://judge/v1'", "http(s)://"),
+    ("env.judge_url=http://127.0.0.1:9/v1", "env.judge_model=''", "must name a model"),
 ]
 
 

@@ -110,6 +110,14 @@ class EnvConfig:
     """Character budget of a page observation."""
     chromium: str = ""
     """Chromium executable; empty = system chromium or Playwright's browser."""
+    storage_state_dir: str = ""
+    """Directory of logged-in sessions (`<site>_state.json`, `python -m webrl.env.login`) for require_login tasks."""
+    judge_url: str = ""
+    """OpenAI-compatible URL (ending in /v1) of the LLM judge for fuzzy_match; empty = fuzzy tasks go unjudged."""
+    judge_model: str = ""
+    """Model name the judge server serves (required with env.judge_url)."""
+    judge_api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the judge's API key (the key itself never goes in a config)."""
 
     def validate(self) -> None:
         if self.suite == "embedded":
@@ -127,6 +135,11 @@ class EnvConfig:
         at_least("env.html_chars", self.html_chars, 1)
         executable = Path(self.chromium).is_file() and os.access(self.chromium, os.X_OK)
         require(not self.chromium or executable, "env.chromium", self.chromium, "must be empty or an executable file")
+        state_dir_ok = not self.storage_state_dir or Path(self.storage_state_dir).is_dir()
+        require(state_dir_ok, "env.storage_state_dir", self.storage_state_dir, "must be empty or a directory")
+        if self.judge_url:
+            require(is_url(self.judge_url), "env.judge_url", self.judge_url, "must be an http(s):// URL ending in /v1")
+            require(bool(self.judge_model), "env.judge_model", self.judge_model, "must name a model (env.judge_url)")
 
 
 @dataclass

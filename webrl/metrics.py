@@ -20,11 +20,12 @@ def success_by_site(trajectories: list[Trajectory], key: str = "eval_reward") ->
     """`success_rate` overall and `success_rate/<site>`, reading the reward field `key` (`is_success`: >= 0.5).
 
     Trajectories whose `key` is None (no evaluator, no label) are left out of the rates and counted
-    in `unlabelled`; those the browser or the site failed (`Trajectory.infra_error`, after a retry)
+    in `unlabelled`, and those among them whose fuzzy_match reference had no judge to ask also in
+    `unjudged`; those the browser or the site failed (`Trajectory.infra_error`, after a retry)
     are left out too, whatever their label, and counted in `infra_errors`.
     """
     hits: dict[str, list[float]] = defaultdict(list)
-    unlabelled = infra = 0
+    unlabelled = unjudged = infra = 0
     for trajectory in trajectories:
         if trajectory.infra_error:
             infra += 1
@@ -32,6 +33,7 @@ def success_by_site(trajectories: list[Trajectory], key: str = "eval_reward") ->
         value = getattr(trajectory, key)
         if value is None:
             unlabelled += 1
+            unjudged += is_unjudged(trajectory)
             continue
         hits[trajectory.task.site].append(1.0 if is_success(value) else 0.0)
     every = [hit for site_hits in hits.values() for hit in site_hits]
@@ -40,9 +42,16 @@ def success_by_site(trajectories: list[Trajectory], key: str = "eval_reward") ->
         out[f"success_rate/{site}"] = sum(site_hits) / len(site_hits)
     if unlabelled:
         out["unlabelled"] = float(unlabelled)
+    if unjudged:
+        out["unjudged"] = float(unjudged)
     if infra:
         out["infra_errors"] = float(infra)
     return out
+
+
+def is_unjudged(trajectory: Trajectory) -> bool:
+    """True when the evaluator left the trajectory unscored for want of an LLM judge (a fuzzy_match reference)."""
+    return bool(trajectory.metadata.get("eval", {}).get("needs_judge"))
 
 
 def errored(trajectories: list[Trajectory]) -> float:

@@ -22,6 +22,8 @@ from webrl.data.prompts import actor_prompt_for_step, uses_chat_template
 from webrl.data.trajectory import Task, Trajectory, read_trajectories
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.episode import EpisodeLimits
+from webrl.env.judge import build_judge
+from webrl.env.login import StorageStates
 from webrl.env.observation import ObservationConfig
 from webrl.env.tasks import load_tasks
 from webrl.inference.engine import InferenceEngine, SamplingParams
@@ -40,16 +42,19 @@ class WebEnvironment:
         self.backend: Any = None
 
     def __enter__(self) -> WebEnvironment:
-        if self.config.env.suite == "embedded":
+        env = self.config.env
+        judge = build_judge(env.judge_url, env.judge_model, env.judge_api_key_env)
+        if env.suite == "embedded":
             from webrl.env.sites.embedded import EmbeddedSites
 
             self._sites = EmbeddedSites().start()
             self.url_map = self._sites.url_map
-            self.backend = self._sites.backend()
+            self.backend = self._sites.backend(judge)
         else:
             from webrl.env.backend import WebArenaBackend
 
-            self.backend = WebArenaBackend(self.url_map)
+            states = StorageStates(env.storage_state_dir) if env.storage_state_dir else None
+            self.backend = WebArenaBackend(self.url_map, judge, states)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -15,6 +15,8 @@ def test_counts_depend_only_on_the_trajectories():
         build_trajectory("d", num_steps=1, outcome=0.0),
     ]
     trajectories[1].status = "max_steps"
+    # A fuzzy_match task with no judge configured: counted as unjudged.
+    trajectories[1].metadata["eval"] = {"per_type": {"string_match": 0.0}, "needs_judge": True}
     # A browser failure that its retry did not cure: counted, but left out of the success rates.
     trajectories[3].status = "error"
     trajectories[3].metadata.update(infra_error=True, attempts=2)
@@ -23,6 +25,7 @@ def test_counts_depend_only_on_the_trajectories():
         "rollout/steps": 7,
         "rollout/infra_errors": 1,
         "rollout/retried": 1,
+        "rollout/unjudged": 1,
         "rollout/success_rate": 2 / 3,
         "rollout/success_rate/shopping": 2 / 3,
         "rollout/status/error": 1,
@@ -34,4 +37,5 @@ def test_counts_depend_only_on_the_trajectories():
         "rollout/steps": 0,
         "rollout/infra_errors": 0,
         "rollout/retried": 0,
+        "rollout/unjudged": 0,
     }

@@ -10,14 +10,18 @@ or mirror it.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from webrl.data.trajectory import Task
 from webrl.env.evaluators import EvalResult, Judge, evaluate_task
+from webrl.env.login import StorageStates
 from webrl.env.tasks import normalise_url_map, substitute
 
-# WebArena starts multi-tab tasks with several URLs joined by this; webrl opens the first.
+log = logging.getLogger(__name__)
+
+# WebArena starts multi-tab tasks with several URLs joined by this: one tab each, the agent in the first.
 _AND = " |AND| "
 
 
@@ -29,8 +33,13 @@ def origin_of(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def start_urls(task: Task) -> list[str]:
+    """Every start URL of the task, one per tab (`|AND|` separates them)."""
+    return [url.strip() for url in task.start_url.split(_AND) if url.strip()]
+
+
 def first_start_url(task: Task) -> str:
-    return task.start_url.split(_AND)[0].strip()
+    return start_urls(task)[0] if start_urls(task) else ""
 
 
 @runtime_checkable
@@ -41,6 +50,10 @@ class SiteBackend(Protocol):
 
     def allowed_origins(self, task: Task) -> list[str]:
         """Origins (`http://127.0.0.1:PORT`) the episode may request; everything else is blocked."""
+        ...
+
+    def storage_state(self, task: Task) -> dict[str, Any] | None:
+        """The Playwright storage state the episode's context starts with (a logged-in session), or None."""
         ...
 
     async def setup_context(self, context: Any, task: Task) -> None:
@@ -66,19 +79,25 @@ class WebArenaBackend:
     Args:
         url_map: placeholder -> deployment URL, e.g. {"__SHOPPING__": "http://127.0.0.1:7770"}.
         judge: LLM judge for fuzzy_match references; without one such tasks report `needs_judge`.
+        storage_states: where logged-in sessions for `require_login` tasks live (env.storage_state_dir);
+            None runs such tasks logged out, with a warning.
     """
 
-    def __init__(self, url_map: dict[str, str], judge: Judge | None = None) -> None:
+    def __init__(
+        self, url_map: dict[str, str], judge: Judge | None = None, storage_states: StorageStates | None = None
+    ) -> None:
         self.url_map = normalise_url_map(url_map)
         self.judge = judge
+        self.storage_states = storage_states
+        self._warned_login = False
 
     def start_url(self, task: Task) -> str:
         """The first start URL, with any placeholder still in it resolved from `url_map`."""
         return substitute(first_start_url(task), self.url_map)
 
     def allowed_origins(self, task: Task) -> list[str]:
-        """The start page's origin, every site the task names, and the pages its evaluator opens."""
-        origins = {origin_of(self.start_url(task))}
+        """Every start page's origin, every site the task names, and the pages its evaluator opens."""
+        origins = {origin_of(substitute(url, self.url_map)) for url in start_urls(task)}
         for site in task.sites:
             url = self.url_map.get(f"__{site.upper()}__")
             if url:
@@ -89,11 +108,32 @@ class WebArenaBackend:
                 origins.add(origin_of(url))
         return sorted(origins)
 
+    def storage_state(self, task: Task) -> dict[str, Any] | None:
+        """The task's logged-in session from `storage_states`; raises LoginStateError when it is missing."""
+        if self.storage_states is None:
+            if task.require_login and not self._warned_login:
+                log.warning(
+                    "task %s requires a login but env.storage_state_dir is not set: it runs logged out", task.task_id
+                )
+                self._warned_login = True
+            return None
+        return self.storage_states.for_task(task)
+
     async def setup_context(self, context: Any, task: Task) -> None:
         return None
 
     async def start(self, page: Any, task: Task) -> None:
-        await page.goto(self.start_url(task), wait_until="domcontentloaded")
+        """Open the first start URL in `page` and each further `|AND|` URL in a tab of its own, as WebArena does.
+
+        The agent acts in the first tab; the others are open beside it, in the same logged-in context.
+        """
+        urls = [substitute(url, self.url_map) for url in start_urls(task)]
+        await page.goto(urls[0], wait_until="domcontentloaded")
+        for url in urls[1:]:
+            tab = await page.context.new_page()
+            await tab.goto(url, wait_until="domcontentloaded")
+        if len(urls) > 1:
+            await page.bring_to_front()
 
     async def episode_done(self, page: Any, task: Task) -> bool:
         return False

@@ -120,8 +120,10 @@ class BrowserPool:
             await self._launch()
             return self._browser
 
-    async def _new_context(self, proxy: dict[str, Any]) -> Any:
+    async def _new_context(self, proxy: dict[str, Any], storage_state: dict[str, Any] | None = None) -> Any:
         options = {
+            # A logged-in session (WebArena's require_login), copied into this context only.
+            "storage_state": storage_state,
             "viewport": {"width": self.config.viewport_width, "height": self.config.viewport_height},
             # Service workers fetch outside context.route; the proxy would still stop them, but a
             # worker outliving its page is state no episode should inherit or leave behind.
@@ -147,7 +149,8 @@ class BrowserPool:
     ) -> AsyncIterator[Episode]:
         """An Episode for `task` in a fresh context; waits while `max_concurrency` are open."""
         async with self._slots, OutsideProxy() as proxy:
-            context = await self._new_context(proxy.context_proxy(backend.allowed_origins(task)))
+            proxy_settings = proxy.context_proxy(backend.allowed_origins(task))
+            context = await self._new_context(proxy_settings, backend.storage_state(task))
             episode = Episode(task, backend, context, limits, observation)
             proxy.on_blocked = episode.count_blocked
             try:

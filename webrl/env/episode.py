@@ -194,8 +194,8 @@ class Episode:
             await self.backend.setup_context(self.context, self.task)
             self.page = await self.context.new_page()
             self._set_timeouts(self.page)
-            self.context.on("page", self._on_new_tab)
             await asyncio.wait_for(self.backend.start(self.page, self.task), timeout=self.limits.reset_timeout_s)
+            self.context.on("page", self._on_new_tab)  # after the start, whose `|AND|` tabs the agent is not led to
             return await self._observe()
         except _BROWSER_ERRORS as err:
             reason = _describe(err)

@@ -92,6 +92,9 @@ class MiniWoBBackend:
     def allowed_origins(self, task: Task) -> list[str]:
         return [origin_of(self._server.url)]
 
+    def storage_state(self, task: Task) -> dict[str, Any] | None:
+        return None
+
     async def setup_context(self, context: Any, task: Task) -> None:
         return None
 

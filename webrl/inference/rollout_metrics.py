@@ -122,6 +122,8 @@ def rollout_counts(trajectories: list[Trajectory]) -> dict[str, float]:
     counted = [t for t in trajectories if not t.infra_error]
     metrics["rollout/infra_errors"] = len(trajectories) - len(counted)
     metrics["rollout/retried"] = sum(t.metadata.get("attempts", 1) > 1 for t in trajectories)
+    # A fuzzy_match with no judge configured: no evaluator verdict, so not an evaluator success or failure.
+    metrics["rollout/unjudged"] = sum(bool(t.metadata.get("eval", {}).get("needs_judge")) for t in trajectories)
     if counted:
         metrics["rollout/success_rate"] = sum(t.succeeded for t in counted) / len(counted)
     by_site: dict[str, list[bool]] = defaultdict(list)
