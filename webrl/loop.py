@@ -50,9 +50,10 @@ from webrl.modules.critic import CriticModule
 from webrl.modules.lm import actor_scorer
 from webrl.modules.orm import orm_scorer
 from webrl.run_layout import RunLayout
+from webrl.run_report import write_run_report
 from webrl.run_state import RunState, seed_everything_for, stage_seed
 from webrl.supervised import save_model_dir
-from webrl.tracking import log_trajectory_table, write_phase_row
+from webrl.tracking import log_html_report, log_trajectory_table, write_phase_row
 from webrl.training import StageSettings, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
@@ -407,6 +408,7 @@ class PhaseLoop:
             log_trajectory_table(
                 self.fabric.loggers, phase, self.layout.labelled(phase), self.config.tracking.sample_trajectories
             )
+            log_html_report(self.fabric.loggers, phase, write_run_report(self.layout.root))
             fault_point(f"stage:{phase}:checkpoint:written")
             self.state.history = [kept for kept in self.state.history if kept.get("phase") != phase] + [record]
             self.state.mark(phase, "checkpoint", self.layout.state_path)

@@ -16,6 +16,7 @@ from webrl.config_checks import at_least, invalid, one_of, positive, require, wi
 from webrl.curriculum.config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
+from webrl.env.screenshots import ScreenshotConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
 from webrl.modules.lm import LoraSettings
 from webrl.modules.losses import ActorLossConfig, AdvantageConfig
@@ -110,6 +111,8 @@ class EnvConfig:
     """Character budget of a page observation."""
     chromium: str = ""
     """Chromium executable; empty = system chromium or Playwright's browser."""
+    screenshots: ScreenshotConfig = field(default_factory=ScreenshotConfig)
+    """Per-step JPEGs of evaluation episodes and a sample of training rollouts, shown in the run report."""
 
     def validate(self) -> None:
         if self.suite == "embedded":
@@ -127,6 +130,7 @@ class EnvConfig:
         at_least("env.html_chars", self.html_chars, 1)
         executable = Path(self.chromium).is_file() and os.access(self.chromium, os.X_OK)
         require(not self.chromium or executable, "env.chromium", self.chromium, "must be empty or an executable file")
+        self.screenshots.validate("env.screenshots")
 
 
 @dataclass

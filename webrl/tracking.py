@@ -159,6 +159,17 @@ def log_trajectory_table(loggers: list[Any], phase: int, trajectories: list[Traj
         logger.experiment.log({f"samples/{phase_name(phase)}": table})
 
 
+def log_html_report(loggers: list[Any], phase: int, path: Path | None) -> None:
+    """The run report written at the end of `phase` (`webrl.run_report`), as W&B HTML media, under `report`."""
+    wandb_loggers = [logger for logger in loggers if type(logger).__name__ == "WandbLogger"]
+    if path is None or not wandb_loggers:
+        return
+    import wandb
+
+    for logger in wandb_loggers:
+        logger.experiment.log({"report": wandb.Html(path.read_text(encoding="utf-8")), "report/phase": phase})
+
+
 def setup_logging() -> None:
     """Timestamped INFO logs on stderr for the recipes (the library itself only creates loggers)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

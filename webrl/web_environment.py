@@ -23,6 +23,7 @@ from webrl.data.trajectory import Task, Trajectory, read_trajectories
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.episode import EpisodeLimits
 from webrl.env.observation import ObservationConfig
+from webrl.env.screenshots import ScreenshotRecorder
 from webrl.env.tasks import load_tasks
 from webrl.inference.engine import InferenceEngine, SamplingParams
 from webrl.inference.rollout import PromptBuilder, RolloutResult, collect_rollouts
@@ -160,7 +161,13 @@ class WebEnvironment:
                 observation=self.observation_config(),
                 phase=phase,
                 progress=progress,
+                screenshots=self.screenshots(out_path.parent, evaluation=evaluation, seed=seed),
             )
+
+    def screenshots(self, directory: Path, *, evaluation: bool, seed: int) -> ScreenshotRecorder | None:
+        """The recorder of an episode batch's screenshots, stored under `directory` (None when turned off)."""
+        config = self.config.env.screenshots
+        return ScreenshotRecorder(config, directory, evaluation=evaluation, seed=seed) if config.enabled else None
 
     def start_observation(self, task: Task) -> str:
         """The simplified HTML of `task`'s start page (for the curriculum's critic filter)."""

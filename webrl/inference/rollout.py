@@ -39,6 +39,7 @@ from webrl.data.trajectory import Step, Task, Trajectory, TrajectoryWriter
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.episode import Episode, EpisodeLimits
 from webrl.env.observation import ObservationConfig
+from webrl.env.screenshots import ScreenshotRecorder
 from webrl.inference.engine import Completion, InferenceEngine, SamplingParams
 from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics
 
@@ -161,6 +162,7 @@ class _Rollout:
         self.limits: EpisodeLimits = opts["limits"]
         self.observation: ObservationConfig | None = opts["observation"]
         self.phase: int = opts["phase"]
+        self.screenshots: ScreenshotRecorder | None = opts.get("screenshots")
         self.step_latencies: list[float] = []
 
     async def episode(self, task: Task) -> Trajectory:
@@ -175,6 +177,8 @@ class _Rollout:
 
     async def _attempt(self, task: Task) -> Trajectory:
         async with self.pool.episode(task, self.backend, self.limits, self.observation) as episode:
+            if self.screenshots is not None and self.screenshots.wants(task):
+                episode.screenshots = self.screenshots
             # Backstop for a hung page or engine; the episode enforces its own limit between steps.
             limits = self.limits
             hard_limit = limits.episode_timeout_s + limits.reset_timeout_s + 2 * limits.action_timeout_s
@@ -253,13 +257,15 @@ async def collect_rollouts(
     max_batch_wait_s: float = 0.5,
     phase: int = 0,
     progress: bool = True,
+    screenshots: ScreenshotRecorder | None = None,
 ) -> RolloutResult:
     """Run one episode per task, `concurrency` at a time, sampling actions from `engine`.
 
     `backend` is the tasks' `SiteBackend`; `pool` a started `BrowserPool` (its own
     `max_concurrency` also caps how many episodes are open). `prompt_builder` defaults to WebRL's
     completion-form actor prompt. `writer` (a TrajectoryWriter or a path to append to) receives each
-    trajectory as it ends. Returns trajectories in task order and the metrics.
+    trajectory as it ends. `screenshots` records the episodes it `wants` (`webrl.env.screenshots`). Returns
+    trajectories in task order and the metrics.
     """
     if concurrency < 1:
         raise ValueError(f"collect_rollouts concurrency must be >= 1, got {concurrency}")
@@ -270,7 +276,14 @@ async def collect_rollouts(
     clock = ActivityClock()
     batcher = _Batcher(engine, sampling, clock, max_batch_wait_s)
     run = _Rollout(
-        batcher, pool, backend, prompt_builder, limits=limits or EpisodeLimits(), observation=observation, phase=phase
+        batcher,
+        pool,
+        backend,
+        prompt_builder,
+        limits=limits or EpisodeLimits(),
+        observation=observation,
+        phase=phase,
+        screenshots=screenshots,
     )
     slots = asyncio.Semaphore(concurrency)
     bar = tqdm(total=len(tasks), desc="rollouts", unit="ep", disable=not progress)
