@@ -13,6 +13,7 @@ bench/results/screenshots.json. Target: overhead < 10 %.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import platform
 import tempfile
@@ -20,9 +21,10 @@ import time
 from pathlib import Path
 
 from webrl.data.prompts import actor_prompt_for_step
+from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.screenshots import ScreenshotConfig, ScreenshotRecorder
 from webrl.env.sites import EmbeddedSites, load_suite
-from webrl.inference.rollout import collect_rollouts_sync
+from webrl.inference.rollout import RolloutResult, collect_rollouts
 from webrl.inference.scripted import ScriptedEngine
 
 RESULTS = Path(__file__).resolve().parent / "results" / "screenshots.json"
@@ -30,16 +32,17 @@ RESULTS = Path(__file__).resolve().parent / "results" / "screenshots.json"
 
 def measure(sites: EmbeddedSites, tasks: list, concurrency: int, recorder: ScreenshotRecorder | None) -> dict:
     engine = ScriptedEngine.for_embedded_sites()
+
+    async def rollouts() -> RolloutResult:
+        async with BrowserPool(BrowserConfig(max_concurrency=concurrency)) as pool:
+            pool.screenshots = recorder
+            builder = engine.wrap(actor_prompt_for_step)
+            return await collect_rollouts(
+                engine, tasks, sites.backend(), pool, concurrency=concurrency, prompt_builder=builder, progress=False
+            )
+
     started = time.perf_counter()
-    result = collect_rollouts_sync(
-        engine,
-        tasks,
-        sites.backend(),
-        concurrency=concurrency,
-        prompt_builder=engine.wrap(actor_prompt_for_step),
-        progress=False,
-        screenshots=recorder,
-    )
+    result = asyncio.run(rollouts())
     seconds = time.perf_counter() - started
     steps = sum(len(t.steps) for t in result.trajectories)
     shots = [p for t in result.trajectories for p in t.metadata.get("screenshots", []) if p]

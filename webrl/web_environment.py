@@ -148,6 +148,7 @@ class WebEnvironment:
         progress: bool,
     ) -> RolloutResult:
         async with BrowserPool(self.browser_config(concurrency)) as pool:
+            pool.screenshots = self.screenshots(out_path.parent, evaluation=evaluation, seed=seed)
             return await collect_rollouts(
                 engine,
                 tasks,
@@ -161,7 +162,6 @@ class WebEnvironment:
                 observation=self.observation_config(),
                 phase=phase,
                 progress=progress,
-                screenshots=self.screenshots(out_path.parent, evaluation=evaluation, seed=seed),
             )
 
     def screenshots(self, directory: Path, *, evaluation: bool, seed: int) -> ScreenshotRecorder | None:

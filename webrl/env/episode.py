@@ -32,7 +32,6 @@ from webrl.env.backend import SiteBackend
 from webrl.env.evaluators import EvalResult, EvaluationError
 from webrl.env.executor import NAVIGATION_FLAG_JS, NO_EARLIER_PAGE, PageGoneError, execute_action
 from webrl.env.observation import Observation, ObservationConfig, observe
-from webrl.env.screenshots import ScreenshotRecorder
 
 # Errors that mean "the browser side failed", as opposed to bugs in webrl or a backend.
 _BROWSER_ERRORS = (PlaywrightError, PageGoneError, asyncio.TimeoutError, OSError)
@@ -118,8 +117,6 @@ class Episode:
         self._repeats = 0
         self._last_key: tuple | None = None
         self._parse_failures = 0
-        self.screenshots: ScreenshotRecorder | None = None
-        """Set by the rollout driver to record a screenshot at each observation (webrl.env.screenshots)."""
 
     @property
     def done(self) -> bool:
@@ -178,8 +175,6 @@ class Episode:
         self._observation = await asyncio.wait_for(
             observe(self.page, self.observation_config), timeout=self.limits.action_timeout_s
         )
-        if self.screenshots is not None:
-            await self.screenshots.capture(self.page, self.trajectory)
         return self._observation
 
     async def reset(self) -> Observation:

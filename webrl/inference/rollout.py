@@ -39,7 +39,6 @@ from webrl.data.trajectory import Step, Task, Trajectory, TrajectoryWriter
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.episode import Episode, EpisodeLimits
 from webrl.env.observation import ObservationConfig
-from webrl.env.screenshots import ScreenshotRecorder
 from webrl.inference.engine import Completion, InferenceEngine, SamplingParams
 from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics
 
@@ -162,7 +161,6 @@ class _Rollout:
         self.limits: EpisodeLimits = opts["limits"]
         self.observation: ObservationConfig | None = opts["observation"]
         self.phase: int = opts["phase"]
-        self.screenshots: ScreenshotRecorder | None = opts.get("screenshots")
         self.step_latencies: list[float] = []
 
     async def episode(self, task: Task) -> Trajectory:
@@ -177,8 +175,6 @@ class _Rollout:
 
     async def _attempt(self, task: Task) -> Trajectory:
         async with self.pool.episode(task, self.backend, self.limits, self.observation) as episode:
-            if self.screenshots is not None and self.screenshots.wants(task):
-                episode.screenshots = self.screenshots
             # Backstop for a hung page or engine; the episode enforces its own limit between steps.
             limits = self.limits
             hard_limit = limits.episode_timeout_s + limits.reset_timeout_s + 2 * limits.action_timeout_s
@@ -205,6 +201,7 @@ class _Rollout:
         try:
             with self.clock.browser():
                 observation = await episode.reset()
+                await self._shoot(episode)
             while not episode.done:
                 prompt = self.prompt_builder(episode.task, episode.trajectory.steps, observation.html)
                 asked = time.perf_counter()
@@ -212,6 +209,7 @@ class _Rollout:
                 answered = time.perf_counter()
                 with self.clock.browser():
                     result = await episode.step(completion.text, prompt=prompt)
+                    await self._shoot(episode)
                 self.step_latencies.append(time.perf_counter() - asked)
                 step = episode.trajectory.steps[-1]
                 step.timings["engine"] = round(answered - asked, 4)
@@ -220,6 +218,13 @@ class _Rollout:
                 observation = result.observation
         finally:
             self.batcher.set_live(-1)
+
+    async def _shoot(self, episode: Episode) -> None:
+        """A screenshot of the page just observed, if the pool records this task; none after exit (no new page)."""
+        recorder = self.pool.screenshots
+        if recorder is None or episode.trajectory.status in ("exit", "error") or not recorder.wants(episode.task):
+            return
+        await recorder.capture(episode.page, episode.trajectory)
 
     @staticmethod
     async def _evaluate(episode: Episode) -> None:
@@ -257,15 +262,13 @@ async def collect_rollouts(
     max_batch_wait_s: float = 0.5,
     phase: int = 0,
     progress: bool = True,
-    screenshots: ScreenshotRecorder | None = None,
 ) -> RolloutResult:
     """Run one episode per task, `concurrency` at a time, sampling actions from `engine`.
 
     `backend` is the tasks' `SiteBackend`; `pool` a started `BrowserPool` (its own
     `max_concurrency` also caps how many episodes are open). `prompt_builder` defaults to WebRL's
     completion-form actor prompt. `writer` (a TrajectoryWriter or a path to append to) receives each
-    trajectory as it ends. `screenshots` records the episodes it `wants` (`webrl.env.screenshots`). Returns
-    trajectories in task order and the metrics.
+    trajectory as it ends. Returns trajectories in task order and the metrics.
     """
     if concurrency < 1:
         raise ValueError(f"collect_rollouts concurrency must be >= 1, got {concurrency}")
@@ -276,14 +279,7 @@ async def collect_rollouts(
     clock = ActivityClock()
     batcher = _Batcher(engine, sampling, clock, max_batch_wait_s)
     run = _Rollout(
-        batcher,
-        pool,
-        backend,
-        prompt_builder,
-        limits=limits or EpisodeLimits(),
-        observation=observation,
-        phase=phase,
-        screenshots=screenshots,
+        batcher, pool, backend, prompt_builder, limits=limits or EpisodeLimits(), observation=observation, phase=phase
     )
     slots = asyncio.Semaphore(concurrency)
     bar = tqdm(total=len(tasks), desc="rollouts", unit="ep", disable=not progress)

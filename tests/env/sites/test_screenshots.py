@@ -20,20 +20,23 @@ JPEG_START, JPEG_END = b"\xff\xd8\xff", b"\xff\xd9"
 
 def _solve(run, pool, backend, tasks, out, recorder):
     engine = ScriptedEngine.for_embedded_sites()
-    result = run(
-        collect_rollouts(
-            engine,
-            tasks,
-            backend,
-            pool,
-            concurrency=2,
-            prompt_builder=engine.wrap(actor_prompt_for_step),
-            writer=out,
-            limits=LIMITS,
-            progress=False,
-            screenshots=recorder,
+    pool.screenshots = recorder
+    try:
+        result = run(
+            collect_rollouts(
+                engine,
+                tasks,
+                backend,
+                pool,
+                concurrency=2,
+                prompt_builder=engine.wrap(actor_prompt_for_step),
+                writer=out,
+                limits=LIMITS,
+                progress=False,
+            )
         )
-    )
+    finally:
+        pool.screenshots = None
     return result.trajectories
 
 
