@@ -52,7 +52,7 @@ from webrl.modules.orm import orm_scorer
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState, seed_everything_for, stage_seed
 from webrl.supervised import save_model_dir
-from webrl.tracking import log_trajectory_table, write_phase_row
+from webrl.tracking import log_phase_views, write_phase_row
 from webrl.training import StageSettings, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
@@ -404,9 +404,7 @@ class PhaseLoop:
             numeric = {k: v for k, v in record.items() if isinstance(v, (int, float))}
             self.fabric.log_dict(numeric, step=phase * PHASE_STEPS + PHASE_STEPS - 1)
             write_phase_row(self.layout.phases_csv, record)
-            log_trajectory_table(
-                self.fabric.loggers, phase, self.layout.labelled(phase), self.config.tracking.sample_trajectories
-            )
+            log_phase_views(self.fabric.loggers, phase, self.layout, self.config.tracking.sample_trajectories)
             fault_point(f"stage:{phase}:checkpoint:written")
             self.state.history = [kept for kept in self.state.history if kept.get("phase") != phase] + [record]
             self.state.mark(phase, "checkpoint", self.layout.state_path)

@@ -16,6 +16,7 @@ from webrl.config_checks import at_least, invalid, one_of, positive, require, wi
 from webrl.curriculum.config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
+from webrl.env.screenshots import ScreenshotConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
 from webrl.modules.lm import LoraSettings
 from webrl.modules.losses import ActorLossConfig, AdvantageConfig
@@ -118,6 +119,8 @@ class EnvConfig:
     """Model name the judge server serves (required with env.judge_url)."""
     judge_api_key_env: str = "OPENAI_API_KEY"
     """Environment variable holding the judge's API key (the key itself never goes in a config)."""
+    screenshots: ScreenshotConfig = field(default_factory=ScreenshotConfig)
+    """Per-step JPEGs of evaluation episodes and a sample of training rollouts, shown in the run report."""
 
     def validate(self) -> None:
         if self.suite == "embedded":
@@ -140,6 +143,7 @@ class EnvConfig:
         if self.judge_url:
             require(is_url(self.judge_url), "env.judge_url", self.judge_url, "must be an http(s):// URL ending in /v1")
             require(bool(self.judge_model), "env.judge_model", self.judge_model, "must name a model (env.judge_url)")
+        self.screenshots.validate("env.screenshots")
 
 
 @dataclass

@@ -23,9 +23,10 @@ from webrl.run_state import RunState
 
 ABSENT = object()
 """Stands for a key that one of the two configs lacks (a key added to the schema since the run started)."""
-NEUTRAL_KEYS = ("output_dir", "phases", "tracking", "resume", "env.strict_tasks")
-"""Where the run lives, how far it goes (phases only bounds the loop), where metrics go, this check's own keys, and
-env.strict_tasks (it loads the same tasks or stops, so it never changes a result)."""
+NEUTRAL_KEYS = ("output_dir", "phases", "tracking", "resume", "env.strict_tasks", "env.screenshots")
+"""Where the run lives, how far it goes (phases only bounds the loop), where metrics go, this check's own keys,
+env.strict_tasks (it loads the same tasks or stops, so it never changes a result) and env.screenshots (pictures
+for the report; the agent never sees them)."""
 
 
 @dataclass

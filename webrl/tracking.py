@@ -23,7 +23,8 @@ from lightning.fabric.loggers import CSVLogger
 from webrl.config_checks import at_least, one_of, require
 from webrl.data.atomic_io import write_text_atomic
 from webrl.data.trajectory import Trajectory
-from webrl.run_layout import phase_name
+from webrl.run_layout import RunLayout, phase_name
+from webrl.run_report import write_run_report
 
 WANDB_MODES = ("online", "offline", "disabled")
 WANDB_ENVIRONMENT = {
@@ -157,6 +158,24 @@ def log_trajectory_table(loggers: list[Any], phase: int, trajectories: list[Traj
         )
     for logger in wandb_loggers:
         logger.experiment.log({f"samples/{phase_name(phase)}": table})
+
+
+def log_phase_views(loggers: list[Any], phase: int, layout: RunLayout, sample_trajectories: int) -> None:
+    """What a person looks at after a phase: the run report (rewritten in the run directory, and sent to W&B)
+    and a W&B table of sample trajectories."""
+    log_trajectory_table(loggers, phase, layout.labelled(phase), sample_trajectories)
+    log_html_report(loggers, phase, write_run_report(layout.root))
+
+
+def log_html_report(loggers: list[Any], phase: int, path: Path | None) -> None:
+    """The run report written at the end of `phase` (`webrl.run_report`), as W&B HTML media, under `report`."""
+    wandb_loggers = [logger for logger in loggers if type(logger).__name__ == "WandbLogger"]
+    if path is None or not wandb_loggers:
+        return
+    import wandb
+
+    for logger in wandb_loggers:
+        logger.experiment.log({"report": wandb.Html(path.read_text(encoding="utf-8")), "report/phase": phase})
 
 
 def setup_logging() -> None:

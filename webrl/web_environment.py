@@ -25,6 +25,7 @@ from webrl.env.episode import EpisodeLimits
 from webrl.env.judge import build_judge
 from webrl.env.login import StorageStates
 from webrl.env.observation import ObservationConfig
+from webrl.env.screenshots import ScreenshotRecorder
 from webrl.env.tasks import load_tasks
 from webrl.inference.engine import InferenceEngine, SamplingParams
 from webrl.inference.rollout import PromptBuilder, RolloutResult, collect_rollouts
@@ -152,6 +153,7 @@ class WebEnvironment:
         progress: bool,
     ) -> RolloutResult:
         async with BrowserPool(self.browser_config(concurrency)) as pool:
+            pool.screenshots = self.screenshots(out_path.parent, evaluation=evaluation, seed=seed)
             return await collect_rollouts(
                 engine,
                 tasks,
@@ -166,6 +168,11 @@ class WebEnvironment:
                 phase=phase,
                 progress=progress,
             )
+
+    def screenshots(self, directory: Path, *, evaluation: bool, seed: int) -> ScreenshotRecorder | None:
+        """The recorder of an episode batch's screenshots, stored under `directory` (None when turned off)."""
+        config = self.config.env.screenshots
+        return ScreenshotRecorder(config, directory, evaluation=evaluation, seed=seed) if config.enabled else None
 
     def start_observation(self, task: Task) -> str:
         """The simplified HTML of `task`'s start page (for the curriculum's critic filter)."""

@@ -30,6 +30,7 @@ from webrl.env.chromium import DEFAULT_LAUNCH_ARGS, find_chromium, is_sandbox_fa
 from webrl.env.episode import Episode, EpisodeLimits
 from webrl.env.observation import ObservationConfig
 from webrl.env.outside_proxy import OutsideProxy
+from webrl.env.screenshots import ScreenshotRecorder
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ class BrowserPool:
         self._browser: Any = None
         self._lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(self.config.max_concurrency)
+        self.screenshots: ScreenshotRecorder | None = None
+        """When set, the rollout driver records the screenshots of the episodes it `wants` (webrl.env.screenshots)."""
 
     async def __aenter__(self) -> BrowserPool:
         await self.start()

@@ -201,6 +201,7 @@ class _Rollout:
         try:
             with self.clock.browser():
                 observation = await episode.reset()
+                await self._shoot(episode)
             while not episode.done:
                 prompt = self.prompt_builder(episode.task, episode.trajectory.steps, observation.html)
                 asked = time.perf_counter()
@@ -208,6 +209,7 @@ class _Rollout:
                 answered = time.perf_counter()
                 with self.clock.browser():
                     result = await episode.step(completion.text, prompt=prompt)
+                    await self._shoot(episode)
                 self.step_latencies.append(time.perf_counter() - asked)
                 step = episode.trajectory.steps[-1]
                 step.timings["engine"] = round(answered - asked, 4)
@@ -216,6 +218,13 @@ class _Rollout:
                 observation = result.observation
         finally:
             self.batcher.set_live(-1)
+
+    async def _shoot(self, episode: Episode) -> None:
+        """A screenshot of the page just observed, if the pool records this task; none after exit (no new page)."""
+        recorder = self.pool.screenshots
+        if recorder is None or episode.trajectory.status in ("exit", "error") or not recorder.wants(episode.task):
+            return
+        await recorder.capture(episode.page, episode.trajectory)
 
     @staticmethod
     async def _evaluate(episode: Episode) -> None:

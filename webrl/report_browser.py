@@ -1,0 +1,199 @@
+"""TrajectoryBrowser: the report's trajectories as inline JSON, and the vanilla JS and CSS that browse them.
+
+The browser filters by phase, kind (held-out evaluation or training rollout), site, template, evaluator
+verdict and ORM verdict, and shows one trajectory step by step: its screenshot, the observation
+(collapsed), the response and parsed action, and the final verdict with the evaluator's details. A
+second view puts one held-out task under the first and the last phase side by side. Everything is
+inline so that the report opens offline; screenshots are embedded as data URIs up to a byte budget
+and linked by their path in the run directory beyond it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from webrl.data.trajectory import Trajectory, is_success
+from webrl.report_data import RunFigures
+from webrl.run_layout import phase_name
+
+OBSERVATION_CHARS = 4000
+"""Characters of each step's observation kept in the report (the pages are about 1,500 characters)."""
+
+
+def _verdict(value: float | None) -> bool | None:
+    return None if value is None else is_success(value)
+
+
+class TrajectoryBrowser:
+    """Turns a run's trajectories into the browser's JSON, embedding screenshots up to `embed_bytes`."""
+
+    def __init__(self, figures: RunFigures, embed_bytes: int, train_per_phase: int) -> None:
+        self.figures = figures
+        self.embed_left = embed_bytes
+        self.train_per_phase = train_per_phase
+        self.screenshots = 0
+
+    def records(self) -> list[dict[str, Any]]:
+        out = []
+        for phase in self.figures.phases:
+            for trajectory in phase.evaluations:
+                out.append(self._record(trajectory, phase.phase, "eval"))
+            for trajectory in phase.rollouts[: self.train_per_phase]:
+                out.append(self._record(trajectory, phase.phase, "train"))
+        return out
+
+    def _shot(self, phase: int, path: str | None) -> str | None:
+        if not path:
+            return None
+        relative = f"{phase_name(phase)}/{path}"
+        file = self.figures.root / relative
+        if not file.is_file():
+            return None
+        self.screenshots += 1
+        size = file.stat().st_size
+        if size > self.embed_left:
+            return relative
+        self.embed_left -= size
+        return "data:image/jpeg;base64," + base64.b64encode(file.read_bytes()).decode("ascii")
+
+    def _record(self, trajectory: Trajectory, phase: int, kind: str) -> dict[str, Any]:
+        shots = list(trajectory.metadata.get("screenshots") or [])
+        task = trajectory.task
+        steps = []
+        for i, step in enumerate(trajectory.steps):
+            steps.append(
+                {
+                    "url": step.url,
+                    "obs": step.observation[:OBSERVATION_CHARS],
+                    "response": step.response,
+                    "action": step.action,
+                    "error": step.error,
+                    "shot": self._shot(phase, shots[i] if i < len(shots) else None),
+                }
+            )
+        final = shots[len(trajectory.steps)] if len(shots) > len(trajectory.steps) else None
+        return {
+            "phase": phase,
+            "kind": kind,
+            "task": task.task_id,
+            "site": task.site,
+            "template": "" if task.intent_template_id is None else str(task.intent_template_id),
+            "intent": task.intent,
+            "success": _verdict(trajectory.eval_reward),
+            "orm": _verdict(trajectory.orm_reward),
+            "status": trajectory.status,
+            "error": trajectory.error,
+            "answer": trajectory.answer,
+            "reason": trajectory.metadata.get("eval") or trajectory.metadata.get("eval_error"),
+            "steps": steps,
+            "final_shot": self._shot(phase, final),
+        }
+
+
+def browser_html(records: list[dict[str, Any]]) -> str:
+    """The browser's markup, its data as a JSON script element, and its script."""
+    data = json.dumps(records, ensure_ascii=False).replace("</", "<\\/")
+    selects = "".join(
+        f'<label>{label} <select id="f-{key}" data-key="{key}"><option value="">all</option></select></label>'
+        for key, label in (
+            ("phase", "phase"),
+            ("kind", "kind"),
+            ("site", "site"),
+            ("template", "template"),
+            ("success", "evaluator"),
+            ("orm", "ORM"),
+        )
+    )
+    return (
+        f'<div id="filters">{selects} <span id="count"></span></div>'
+        '<div id="browser"><ol id="list"></ol><div id="detail"><p>Pick a trajectory.</p></div></div>'
+        '<h2 id="compare-title">Same held-out task: first phase and last phase</h2>'
+        '<label>task <select id="compare-task"></select></label><div id="compare"></div>'
+        f'<script type="application/json" id="trajectories">{data}</script><script>{SCRIPT}</script>'
+    )
+
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}
+th:first-child,td:first-child{text-align:left}.missing{color:#999;font-style:italic}
+#filters label{margin-right:1em}#browser{display:flex;gap:1em;margin-top:.5em}
+#list{width:32%;max-height:70vh;overflow:auto;margin:0;padding-left:2em}#list li{cursor:pointer;padding:2px}
+#list li.sel{background:#def}#detail{flex:1;max-height:70vh;overflow:auto}.ok{color:#080}.bad{color:#b00}
+.step{border-top:1px solid #ddd;padding:.4em 0}.step img,.final img{max-width:100%;border:1px solid #ccc}
+pre{white-space:pre-wrap;background:#f6f6f6;padding:.3em;margin:.2em 0;font-size:12px}
+#compare{display:flex;gap:1em}#compare>div{flex:1;min-width:0}svg{max-width:100%;height:auto}
+"""
+
+SCRIPT = r"""
+(function () {
+  const all = JSON.parse(document.getElementById("trajectories").textContent);
+  const keys = ["phase", "kind", "site", "template", "success", "orm"];
+  const val = (t, k) => String(t[k] === null ? "none" : t[k]);
+  const codes = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"};
+  const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => codes[c]);
+  const verdict = (v) =>
+    v === null ? "<span>no label</span>" : v ? '<span class="ok">success</span>' : '<span class="bad">failure</span>';
+  const img = (src, alt) => (src ? `<img loading="lazy" src="${src}" alt="${esc(alt)}">` : "");
+  const numeric = (a, b) => a.localeCompare(b, undefined, {numeric: true});
+  for (const k of keys) {
+    const sel = document.getElementById("f-" + k);
+    [...new Set(all.map((t) => val(t, k)))].sort(numeric).forEach((v) => sel.add(new Option(v, v)));
+    sel.addEventListener("change", render);
+  }
+  function step(s, i) {
+    return `<div class="step"><b>step ${i}</b> <small>${esc(s.url)}</small>${img(s.shot, "step " + i)}` +
+      `<details><summary>observation</summary><pre>${esc(s.obs)}</pre></details><pre>${esc(s.response)}</pre>` +
+      (s.action ? `<small>action: ${esc(JSON.stringify(s.action))}</small>` : "") +
+      (s.error ? `<div class="bad">${esc(s.error)}</div>` : "") + "</div>";
+  }
+  function show(t) {
+    const reason = t.reason ? `<details><summary>evaluator details</summary>` +
+      `<pre>${esc(JSON.stringify(t.reason, null, 1))}</pre></details>` : "";
+    return `<h3>phase ${t.phase} · ${t.kind} · task ${esc(t.task)} (${esc(t.site)})</h3><p>${esc(t.intent)}</p>` +
+      t.steps.map(step).join("") +
+      `<div class="final"><b>final</b> ${img(t.final_shot, "final page")}` +
+      `<p>status ${esc(t.status)}, answer ${esc(t.answer)}; evaluator: ${verdict(t.success)}; ` +
+      `ORM: ${verdict(t.orm)}</p>` + (t.error ? `<div class="bad">${esc(t.error)}</div>` : "") + reason + "</div>";
+  }
+  function render() {
+    const want = Object.fromEntries(keys.map((k) => [k, document.getElementById("f-" + k).value]));
+    const shown = all.filter((t) => keys.every((k) => !want[k] || val(t, k) === want[k]));
+    document.getElementById("count").textContent = `${shown.length} of ${all.length} trajectories`;
+    const list = document.getElementById("list");
+    list.innerHTML = "";
+    for (const t of shown) {
+      const li = document.createElement("li");
+      li.innerHTML = `${verdict(t.success)} p${t.phase} ${t.kind} ${esc(t.site)} #${esc(t.task)}: ` +
+        esc(t.intent.slice(0, 70));
+      li.onclick = () => {
+        [...list.children].forEach((c) => c.classList.remove("sel"));
+        li.classList.add("sel");
+        document.getElementById("detail").innerHTML = show(t);
+      };
+      list.appendChild(li);
+    }
+  }
+  const evals = all.filter((t) => t.kind === "eval");
+  const phases = [...new Set(evals.map((t) => t.phase))].sort((a, b) => a - b);
+  const first = phases[0];
+  const last = phases[phases.length - 1];
+  const at = (p, id) => evals.find((t) => t.phase === p && t.task === id);
+  const changed = (id) => at(last, id).success !== at(first, id).success;
+  const both = phases.length > 1 ? evals.filter((t) => t.phase === first && at(last, t.task)).map((t) => t.task) : [];
+  both.sort((a, b) => changed(b) - changed(a));
+  const pick = document.getElementById("compare-task");
+  both.forEach((id) => pick.add(new Option(id + (changed(id) ? " (changed)" : ""), id)));
+  function compare() {
+    const id = pick.value;
+    document.getElementById("compare").innerHTML = id
+      ? `<div>${show(at(first, id))}</div><div>${show(at(last, id))}</div>`
+      : '<p class="missing">No held-out task evaluated under two phases yet.</p>';
+  }
+  pick.addEventListener("change", compare);
+  render();
+  compare();
+})();
+"""

@@ -1,0 +1,205 @@
+"""RunFigures: every figure of the run report, read from what a run directory already holds.
+
+The report must be writable at any moment of a run (the loop writes it after each phase) and from
+any run directory, however old or unfinished, so each reader here returns "nothing" for a file that
+is missing or unreadable instead of raising: the report then says which section has no data.
+Success rates are recounted from the evaluation JSONL (not taken from `phases.csv`) because a 95 %
+interval needs the counts, not only the rate.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webrl.data.replay import ReplayBuffer
+from webrl.data.trajectory import Trajectory, is_success
+from webrl.evaluation.stats import wilson_interval
+from webrl.run_layout import RunLayout
+from webrl.run_state import STAGES
+
+log = logging.getLogger(__name__)
+
+LOSS_KEYS = ("critic/loss", "actor/loss")
+"""The training curves drawn: the per-batch losses the critic and actor stages log to the metrics CSV."""
+
+
+@dataclass
+class Rate:
+    """`successes` of `n` with its 95 % Wilson interval."""
+
+    successes: int
+    n: int
+
+    @property
+    def value(self) -> float:
+        return self.successes / self.n if self.n else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.successes, self.n)
+
+    def text(self) -> str:
+        """`8.3 % (5/60) [3.6, 18.1]`: the form the README and the recipes print."""
+        low, high = self.interval
+        return f"{100 * self.value:.1f} % ({self.successes}/{self.n}) [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def rates_by_site(trajectories: list[Trajectory], key: str) -> dict[str, Rate]:
+    """`all` and one Rate per site, counting `key` (>= 0.5 is a success); unlabelled and infra-failed are left out."""
+    counts: dict[str, list[int]] = {}
+    for trajectory in trajectories:
+        value = getattr(trajectory, key)
+        if trajectory.infra_error or value is None:
+            continue
+        hit = int(is_success(value))
+        for site in ("all", trajectory.task.site):
+            pair = counts.setdefault(site, [0, 0])
+            pair[0] += hit
+            pair[1] += 1
+    return {site: Rate(*pair) for site, pair in sorted(counts.items(), key=lambda item: item[0] != "all")}
+
+
+def orm_confusion(trajectories: list[Trajectory]) -> dict[str, int]:
+    """ORM verdict against the evaluator's on the trajectories that have both: tp, fp, fn, tn."""
+    out = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+    for trajectory in trajectories:
+        if trajectory.orm_reward is None or trajectory.eval_reward is None:
+            continue
+        orm, evaluator = is_success(trajectory.orm_reward), is_success(trajectory.eval_reward)
+        out[("t" if orm == evaluator else "f") + ("p" if orm else "n")] += 1
+    return out
+
+
+@dataclass
+class PhaseFigures:
+    """What one phase contributes to the report."""
+
+    phase: int
+    record: dict[str, Any] = field(default_factory=dict)
+    """The phase's row of phases.csv (or its stage metrics when the phase has not closed yet)."""
+    test: dict[str, Rate] = field(default_factory=dict)
+    """Held-out success per site (`all` first), from the evaluation JSONL."""
+    train: dict[str, Rate] = field(default_factory=dict)
+    """Training-rollout success per site by the evaluators, from labelled.jsonl (else the raw rollouts)."""
+    confusion: dict[str, int] = field(default_factory=dict)
+    """ORM against the evaluators on the phase's labelled rollouts."""
+    replay: dict[str, Any] = field(default_factory=dict)
+    """The replay buffer's manifest entry for the phase (trajectories, steps, successes)."""
+    evaluations: list[Trajectory] = field(default_factory=list)
+    rollouts: list[Trajectory] = field(default_factory=list)
+
+    def metric(self, key: str) -> float | None:
+        value = self.record.get(key)
+        try:
+            return float(value) if value not in (None, "") else None
+        except (TypeError, ValueError):
+            return None
+
+    def stage_seconds(self) -> dict[str, float]:
+        return {stage: s for stage in STAGES if (s := self.metric(f"time/{stage}_s")) is not None}
+
+
+@dataclass
+class RunFigures:
+    """The figures of a whole run directory, phase by phase, plus the training curves."""
+
+    root: Path
+    phases: list[PhaseFigures]
+    losses: dict[str, list[tuple[int, float]]]
+    """Per loss key, (global step, value) in step order, over every launch's metrics CSV."""
+    config: dict[str, Any]
+
+    @classmethod
+    def read(cls, root: str | Path) -> RunFigures:
+        layout = RunLayout(root)
+        records = _phase_rows(layout)
+        numbers = sorted(set(records) | {int(p.name[6:]) for p in layout.root.glob("phase_[0-9][0-9][0-9]")})
+        replay = _replay_stats(layout)
+        phases = [_phase(layout, phase, records.get(phase), replay.get(phase, {})) for phase in numbers]
+        config = _json(layout.config_path) or {}
+        return cls(root=layout.root, phases=phases, losses=_losses(layout.root), config=config)
+
+    def phase(self, number: int) -> PhaseFigures | None:
+        return next((p for p in self.phases if p.phase == number), None)
+
+    @property
+    def sites(self) -> list[str]:
+        return sorted({site for p in self.phases for site in p.test if site != "all"})
+
+
+def _phase(layout: RunLayout, phase: int, row: dict[str, Any] | None, replay: dict[str, Any]) -> PhaseFigures:
+    record = row if row is not None else _stage_metrics(layout, phase)
+    evaluations = _trajectories(lambda: layout.evaluations(phase))
+    labelled = _trajectories(lambda: layout.labelled(phase)) if layout.labelled_path(phase).exists() else []
+    rollouts = labelled or _trajectories(lambda: layout.rollouts(phase))
+    return PhaseFigures(
+        phase=phase,
+        record=record,
+        test=rates_by_site(evaluations, "eval_reward"),
+        train=rates_by_site(rollouts, "eval_reward"),
+        confusion=orm_confusion(labelled),
+        replay=replay,
+        evaluations=evaluations,
+        rollouts=rollouts,
+    )
+
+
+def _trajectories(read: Any) -> list[Trajectory]:
+    try:
+        return read()
+    except (OSError, ValueError) as err:
+        log.warning("report: cannot read trajectories (%s)", err)
+        return []
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _phase_rows(layout: RunLayout) -> dict[int, dict[str, Any]]:
+    try:
+        with layout.phases_csv.open(newline="", encoding="utf-8") as handle:
+            return {int(row["phase"]): row for row in csv.DictReader(handle) if row.get("phase", "").isdigit()}
+    except OSError:
+        return {}
+
+
+def _stage_metrics(layout: RunLayout, phase: int) -> dict[str, Any]:
+    """An unfinished phase's record: the metrics of the stages it has done so far."""
+    record: dict[str, Any] = {"phase": phase}
+    for path in sorted(layout.metrics_dir(phase).glob("*.json")):
+        record.update(_json(path) or {})
+    return record
+
+
+def _replay_stats(layout: RunLayout) -> dict[int, dict[str, Any]]:
+    if not layout.replay_dir.exists():
+        return {}
+    try:
+        return ReplayBuffer(layout.replay_dir).stats()
+    except (OSError, ValueError) as err:
+        log.warning("report: cannot read the replay buffer (%s)", err)
+        return {}
+
+
+def _losses(root: Path) -> dict[str, list[tuple[int, float]]]:
+    """The loss columns of `metrics/version_*/metrics.csv` (one file per launch), merged and sorted by step."""
+    out: dict[str, dict[int, float]] = {key: {} for key in LOSS_KEYS}
+    for path in sorted(root.glob("metrics/version_*/metrics.csv")):
+        try:
+            with path.open(newline="", encoding="utf-8") as handle:
+                for row in csv.DictReader(handle):
+                    for key in LOSS_KEYS:
+                        if row.get(key) and row.get("step", "").isdigit():
+                            out[key][int(row["step"])] = float(row[key])
+        except (OSError, ValueError) as err:
+            log.warning("report: skipping %s (%s)", path, err)
+    return {key: sorted(points.items()) for key, points in out.items() if points}

@@ -1,0 +1,160 @@
+"""The report's plots, drawn with matplotlib into inline SVG strings (no file, no network, no display).
+
+SVG keeps the figures sharp at any zoom and, with text kept as text (`svg.fonttype: none`), small:
+a few tens of KB each. Each function returns None when the run holds nothing to draw, so that the
+report can say so in place of the figure.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from webrl.report_data import PhaseFigures, Rate, RunFigures
+from webrl.run_state import STAGES
+
+_STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False}
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _svg(figure: Any) -> str:
+    plt = _pyplot()
+    buffer = io.StringIO()
+    # No metadata block: it names matplotlib's web site, and the report holds no external address.
+    figure.savefig(
+        buffer,
+        format="svg",
+        bbox_inches="tight",
+        metadata={"Creator": None, "Date": None, "Format": None, "Type": None},
+    )
+    plt.close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
+
+
+def _errors(rates: list[Rate]) -> list[list[float]]:
+    """Asymmetric error bars (below, above) in percent from the Wilson intervals."""
+    return [
+        [100 * (r.value - r.interval[0]) for r in rates],
+        [100 * (r.interval[1] - r.value) for r in rates],
+    ]
+
+
+def success_plot(figures: RunFigures) -> str | None:
+    """Held-out success per phase with 95 % intervals, and training-rollout success beside it."""
+    phases = [p for p in figures.phases if "all" in p.test]
+    if not phases:
+        return None
+    plt = _pyplot()
+    with plt.rc_context(_STYLE):
+        figure, axes = plt.subplots(figsize=(6, 3))
+        xs = [p.phase for p in phases]
+        rates = [p.test["all"] for p in phases]
+        axes.errorbar(xs, [100 * r.value for r in rates], yerr=_errors(rates), marker="o", capsize=4, label="held-out")
+        trained = [p for p in figures.phases if "all" in p.train]
+        if trained:
+            axes.plot([p.phase for p in trained], [100 * p.train["all"].value for p in trained], "s--", label="train")
+        axes.set(xlabel="phase", ylabel="success %", ylim=(0, 100), xticks=xs)
+        axes.legend(frameon=False)
+        return _svg(figure)
+
+
+def site_plot(figures: RunFigures) -> str | None:
+    """Held-out success per site, one bar per phase, with 95 % intervals."""
+    phases = [p for p in figures.phases if p.test]
+    sites = figures.sites
+    if not phases or not sites:
+        return None
+    plt = _pyplot()
+    with plt.rc_context(_STYLE):
+        figure, axes = plt.subplots(figsize=(max(6, 1.3 * len(sites)), 3))
+        width = 0.8 / len(phases)
+        for i, phase in enumerate(phases):
+            rates = [phase.test.get(site, Rate(0, 0)) for site in sites]
+            xs = [j + i * width for j in range(len(sites))]
+            axes.bar(
+                xs, [100 * r.value for r in rates], width, yerr=_errors(rates), capsize=2, label=f"phase {phase.phase}"
+            )
+        axes.set_xticks([j + 0.4 - width / 2 for j in range(len(sites))], sites)
+        axes.set(ylabel="success %", ylim=(0, 100))
+        axes.legend(frameon=False, ncols=min(4, len(phases)))
+        return _svg(figure)
+
+
+def _stacked(rows: list[tuple[str, list[float]]], xs: list[int], ylabel: str, horizontal: bool = False) -> str:
+    plt = _pyplot()
+    with plt.rc_context(_STYLE):
+        figure, axes = plt.subplots(figsize=(6, 3))
+        bottom = [0.0] * len(xs)
+        for label, values in rows:
+            if horizontal:
+                axes.barh(xs, values, left=bottom, label=label)
+            else:
+                axes.bar(xs, values, bottom=bottom, label=label)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        if horizontal:
+            axes.set(xlabel=ylabel, ylabel="phase", yticks=xs)
+            axes.invert_yaxis()
+        else:
+            axes.set(xlabel="phase", ylabel=ylabel, xticks=xs)
+        axes.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return _svg(figure)
+
+
+def curriculum_plot(phases: list[PhaseFigures]) -> str | None:
+    """Per phase: tasks kept, and the generated candidates each filter rejected, stacked."""
+    shown = [p for p in phases if p.metric("curriculum/generated") is not None]
+    if not shown:
+        return None
+    filters = sorted({k for p in shown for k in p.record if k.startswith("curriculum/rejected_") and p.metric(k)})
+    rows = [("kept", [p.metric("curriculum/kept") or 0.0 for p in shown])]
+    rows += [(key.rsplit("_", 1)[-1] + " filter", [p.metric(key) or 0.0 for p in shown]) for key in filters]
+    return _stacked(rows, [p.phase for p in shown], "generated tasks")
+
+
+def replay_plot(phases: list[PhaseFigures]) -> str | None:
+    """Replay buffer trajectories after each phase and the replayed steps the perplexity filter kept."""
+    shown = [p for p in phases if p.replay or p.metric("replay/kept") is not None]
+    if not shown:
+        return None
+    plt = _pyplot()
+    with plt.rc_context(_STYLE):
+        figure, axes = plt.subplots(figsize=(6, 3))
+        xs = [p.phase for p in shown]
+        buffer = [p.replay.get("trajectories", p.metric("replay/buffer_trajectories") or 0) for p in shown]
+        axes.plot(xs, buffer, "o-", label="buffer trajectories (this phase's)")
+        axes.plot(xs, [p.metric("replay/kept") or 0.0 for p in shown], "s--", label="replayed steps kept")
+        axes.set(xlabel="phase", ylabel="count", xticks=xs)
+        axes.legend(frameon=False)
+        return _svg(figure)
+
+
+def loss_plot(losses: dict[str, list[tuple[int, float]]]) -> str | None:
+    """Critic and actor loss per logged batch, on the run's global step axis (phases side by side)."""
+    if not losses:
+        return None
+    plt = _pyplot()
+    with plt.rc_context(_STYLE):
+        figure, panels = plt.subplots(1, len(losses), figsize=(6 * len(losses) / 1.4, 3), squeeze=False)
+        for axes, (key, points) in zip(panels[0], sorted(losses.items()), strict=True):
+            axes.plot([s for s, _ in points], [v for _, v in points], lw=1)
+            axes.set(title=key, xlabel="step")
+        return _svg(figure)
+
+
+def time_plot(phases: list[PhaseFigures]) -> str | None:
+    """Wall time of each stage, per phase, in minutes."""
+    shown = [p for p in phases if p.stage_seconds()]
+    if not shown:
+        return None
+    stages = [s for s in STAGES if any(s in p.stage_seconds() for p in shown)]
+    rows = [(stage, [p.stage_seconds().get(stage, 0.0) / 60 for p in shown]) for stage in stages]
+    return _stacked(rows, [p.phase for p in shown], "minutes", horizontal=True)
