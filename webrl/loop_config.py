@@ -17,6 +17,7 @@ from webrl.curriculum.config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
+from webrl.modules.critic import HEAD_INIT_STD
 from webrl.modules.lm import LoraSettings
 from webrl.modules.losses import ActorLossConfig, AdvantageConfig
 from webrl.run_config import ResumeConfig, flatten
@@ -295,10 +296,14 @@ class CriticConfig:
 
     train: StageSettings = field(default_factory=lambda: StageSettings(lr=1e-4, epochs=2.0, batch_size=8))
     lora: LoraConfig = field(default_factory=LoraConfig)
+    head_init_std: float = HEAD_INIT_STD
+    """Std of the value heads' first two Linear weights; the release's 0.2 puts the untrained loss far above
+    ln 2 (logit margins of tens on a 576-wide trunk), a smaller value starts the heads near 1/2."""
 
     def validate(self) -> None:
         self.train.validate("critic.train")
         self.lora.validate("critic.lora")
+        require(self.head_init_std > 0, "critic.head_init_std", self.head_init_std, "must be > 0")
 
 
 @dataclass
