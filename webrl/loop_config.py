@@ -297,13 +297,13 @@ class CriticConfig:
     train: StageSettings = field(default_factory=lambda: StageSettings(lr=1e-4, epochs=2.0, batch_size=8))
     lora: LoraConfig = field(default_factory=LoraConfig)
     head_init_std: float = HEAD_INIT_STD
-    """Std of the value heads' first two Linear weights; the release's 0.2 puts the untrained loss far above
-    ln 2 (logit margins of tens on a 576-wide trunk), a smaller value starts the heads near 1/2."""
+    """Std of the value heads' first two Linear weights (the release's 0.2); the heads' logits scale with its square,
+    so a smaller value starts V nearer 1/2 and the critic's loss nearer ln 2 per head (docs/method.md §7.2)."""
 
     def validate(self) -> None:
         self.train.validate("critic.train")
         self.lora.validate("critic.lora")
-        require(self.head_init_std > 0, "critic.head_init_std", self.head_init_std, "must be > 0")
+        positive("critic.head_init_std", self.head_init_std)
 
 
 @dataclass
