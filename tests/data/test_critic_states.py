@@ -31,7 +31,8 @@ def test_each_state_of_a_trajectory_comes_once_with_its_outcome():
     expected = [s.prompt for s in success] + [success[-1].next_prompt] + [s.prompt for s in failure]
     assert [state.text for state in states] == [*expected, failure[-1].next_prompt]
     assert [state.outcome for state in states] == [1.0] * 4 + [0.0] * 3
-    assert [state.next_state for state in states] == [False, False, False, True, False, False, True]
+    # Each step's s' comes first as the next state of the step before it: only a trajectory's first state is an s.
+    assert [state.next_state for state in states] == [False, True, True, True, False, True, True]
 
 
 def test_a_replayed_step_adds_only_the_states_its_trajectory_has_not_given():
