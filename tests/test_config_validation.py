@@ -28,6 +28,7 @@ BAD_VALUES = [
     ("actor.lora.r=0", "actor.lora.r=0", ">= 1"),
     ("actor.lora.dropout=1", "actor.lora.dropout=1.0", "[0, 1)"),
     ("critic.lora.alpha=0", "critic.lora.alpha=0", "> 0"),
+    ("critic.head_init_std=0", "critic.head_init_std=0.0", "> 0"),
     ("critic.lora.target_modules=[]", "critic.lora.target_modules=[]", "must name a layer"),
     ("replay.filter.low=0.99", "replay.filter.low=0.99", "replay.filter.high"),
     ("replay.filter.cap_ratio=0", "replay.filter.cap_ratio=0.0", "> 0"),

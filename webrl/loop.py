@@ -46,6 +46,7 @@ from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, errored, infra_errors, success_by_site
 from webrl.modules.actor import ActorModule
+from webrl.modules.advantages import precompute_advantages
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import actor_scorer
 from webrl.modules.orm import orm_scorer
@@ -178,11 +179,14 @@ class PhaseLoop:
         )
         return tasks, {**metrics, "curriculum/topped_up": float(len(tasks) - proposed)}
 
-    def _load_critic(self, path: Path) -> CriticModule:
-        """A critic on the SFT trunk with the weights a critic stage saved at `path`."""
-        lora = self.config.critic.lora.active()
-        critic = CriticModule(self.sft_dir, max_length=self.config.model.max_length, lora=lora)
-        critic.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    def _load_critic(self, path: Path | None, lr: float = 1e-6) -> CriticModule:
+        """A critic on the SFT trunk with fresh heads, then the weights a critic stage saved at `path` if any."""
+        config, max_length = self.config.critic, self.config.model.max_length
+        critic = CriticModule(
+            self.sft_dir, lr=lr, max_length=max_length, lora=config.lora.active(), head_init_std=config.head_init_std
+        )
+        if path is not None:
+            critic.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         return critic
 
     def _critic_scorer(self, phase: int) -> Any:
@@ -256,11 +260,7 @@ class PhaseLoop:
         if phase == 0:
             return {}
         settings = self.config.critic.train
-        lora = self.config.critic.lora.active()
-        critic = CriticModule(self.sft_dir, lr=settings.lr, max_length=self.config.model.max_length, lora=lora)
-        previous = self.critic_path(phase - 1)
-        if previous is not None:
-            critic.load_state_dict(torch.load(previous, map_location="cpu", weights_only=True))
+        critic = self._load_critic(self.critic_path(phase - 1), lr=settings.lr)
         data = self._datamodule(phase, critic.tokenizer, settings, phase_stage="critic")
         module, optimizer = setup_for_training(self.fabric, critic)
         metrics = train_module(
@@ -291,12 +291,10 @@ class PhaseLoop:
             lr=settings.lr,
             lora=self.config.actor.lora.active(),
         )
-        critic = self._load_critic(self.critic_path(phase))
-        critic.requires_grad_(False)
-        actor.attach_critic(critic.to(self.fabric.device))
-        data = self._datamodule(phase, tokenizer, settings, phase_stage="actor", critic_tokenizer=critic.tokenizer)
+        data = self._datamodule(phase, tokenizer, settings, phase_stage="actor")
+        scored = score_advantages(self.fabric, self._load_critic(self.critic_path(phase)), data, self.config)
         module, optimizer = setup_for_training(self.fabric, actor)
-        metrics = train_module(
+        metrics = scored | train_module(
             self.fabric,
             module,
             optimizer,
@@ -356,9 +354,7 @@ class PhaseLoop:
 
         return load_model_and_tokenizer(path)
 
-    def _datamodule(
-        self, phase: int, tokenizer: Any, settings: StageSettings, *, phase_stage: str, critic_tokenizer: Any = None
-    ) -> ReplayDataModule:
+    def _datamodule(self, phase: int, tokenizer: Any, settings: StageSettings, *, phase_stage: str) -> ReplayDataModule:
         replayed = read_samples(self.layout.replay_samples_path(phase))
         data = ReplayDataModule(
             tokenizer,
@@ -370,7 +366,6 @@ class PhaseLoop:
             gamma=self.config.actor.advantage.gamma,
             group_by_length=settings.group_by_length,
             seed=stage_seed(self.config.seed, phase, phase_stage),
-            critic_tokenizer=critic_tokenizer,
         )
         data.setup()
         return data
@@ -411,6 +406,28 @@ class PhaseLoop:
             fault_point(f"stage:{phase}:checkpoint:marked")
         self.fabric.barrier()
         self.state = RunState.load(self.layout.state_path)
+
+
+def score_advantages(
+    fabric: Fabric, critic: CriticModule, data: ReplayDataModule, config: WebRLConfig
+) -> dict[str, float]:
+    """Give every step of the actor's `data` its advantage from the frozen `critic`; returns their mean and std.
+
+    The critic does not change during the actor stage, so each distinct state is scored once here
+    (`webrl.modules.advantages`) rather than twice per actor step inside it; the actor batches then carry
+    the advantages and no critic runs while the actor trains.
+    """
+    advantages = precompute_advantages(
+        critic.requires_grad_(False).to(fabric.device),
+        data.dataset.samples,
+        config.actor.advantage,
+        max_length=config.model.max_length,
+        autocast=fabric.autocast(),
+    )
+    return {
+        "actor/advantage_all_mean": advantages.mean().item(),
+        "actor/advantage_all_std": advantages.std(correction=0).item(),
+    }
 
 
 def sample_by_steps(trajectories: list[Trajectory], max_steps: int, seed: int) -> list[Trajectory]:

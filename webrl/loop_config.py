@@ -18,6 +18,7 @@ from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
 from webrl.env.screenshots import ScreenshotConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
+from webrl.modules.critic import HEAD_INIT_STD
 from webrl.modules.lm import LoraSettings
 from webrl.modules.losses import ActorLossConfig, AdvantageConfig
 from webrl.run_config import ResumeConfig, flatten
@@ -312,10 +313,14 @@ class CriticConfig:
 
     train: StageSettings = field(default_factory=lambda: StageSettings(lr=1e-4, epochs=2.0, batch_size=8))
     lora: LoraConfig = field(default_factory=LoraConfig)
+    head_init_std: float = HEAD_INIT_STD
+    """Std of the value heads' first two Linear weights (the release's 0.2); the heads' logits scale with its square,
+    so a smaller value starts V nearer 1/2 and the critic's loss nearer ln 2 per head (docs/method.md §7.2)."""
 
     def validate(self) -> None:
         self.train.validate("critic.train")
         self.lora.validate("critic.lora")
+        positive("critic.head_init_std", self.head_init_std)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import torch
 from dist_worker import build_trajectories, score_by_length
 
 from webrl.data.collate import ActorCollator, CriticCollator
+from webrl.data.critic_states import critic_states
 from webrl.data.datamodule import ReplayDataModule
 from webrl.data.steps import trajectory_to_samples
 from webrl.modules.lm import encode_prompt_action
@@ -49,6 +50,9 @@ def test_actor_batch_carries_precomputed_advantages(tiny_tokenizer):
         sample.advantage = [1.0, -0.6][i % 2]
     batch = ActorCollator(tiny_tokenizer, max_length=4096)(samples)
     assert batch["advantage"].tolist() == pytest.approx([1.0, -0.6][: len(samples)])
+    # With the advantages known, the critic's view of s and s' is not tokenised at all.
+    assert not any(key.startswith(("state_", "next_state_")) for key in batch)
+    assert batch["outcome"].tolist() == [s.trajectory_reward for s in samples]
 
 
 def test_critic_batch_has_states_and_release_outcome(tiny_tokenizer):
@@ -111,7 +115,8 @@ def test_datamodule_without_a_trainer(tiny_tokenizer):
     batches = list(dm.train_dataloader())
     assert [b["input_ids"].shape[0] for b in batches] == [2, 2, 2, 1]
     critic = list(dm.critic_dataloader())
-    assert sum(b["outcome"].shape[0] for b in critic) == len(expected)
+    # 7 steps of 4 trajectories: their 7 states s plus the last s' of each (the replayed step's s' is new too).
+    assert sum(b["outcome"].shape[0] for b in critic) == len(critic_states(expected)) == 7 + 4
     shuffled = ReplayDataModule(tiny_tokenizer, current=trajectories, batch_size=4, seed=3)
     shuffled.setup()
     order = list(shuffled.critic_dataloader().sampler)
@@ -153,32 +158,33 @@ def test_sharded_scoring_gathers_every_score_in_order(ddp_records):
 
 def test_datamodule_yields_padded_batches_under_two_process_ddp(ddp_records, tiny_tokenizer):
     samples = [s for t in build_trajectories() for s in trajectory_to_samples(t)]
+    states = critic_states(samples)
     pad_id = tiny_tokenizer.pad_token_id
-    indices = []
+    indices: dict[str, list[set[int]]] = {"actor": [], "critic": []}
+    # 13 steps: ceil(13 / 2) = 7 per rank; 13 + 7 distinct states (one last s' per trajectory): 10 per rank.
+    sizes = {"actor": [3, 3, 1], "critic": [3, 3, 3, 1]}
     for record in ddp_records:
         for name, loader in record["loaders"].items():
             assert loader["sampler"] == "DistributedSampler"
-            assert [len(b["reward"]) for b in loader["batches"]] == [3, 3, 1]  # ceil(13 / 2) = 7 per rank
+            assert [len(b["outcome"]) for b in loader["batches"]] == sizes[name]
             flat = loader["indices"]
             rows = 0
             for batch in loader["batches"]:
-                ids_key, mask_key = (
-                    ("input_ids", "attention_mask") if name == "actor" else ("state_input_ids", "state_attention_mask")
-                )
-                ids, mask = torch.tensor(batch[ids_key]), torch.tensor(batch[mask_key])
+                ids, mask = torch.tensor(batch["input_ids"]), torch.tensor(batch["attention_mask"])
                 assert ids.shape == mask.shape
                 assert (ids[mask == 0] == pad_id).all()
                 assert (mask[:, -1] == 1).all()  # left padding: every row ends with a real token
                 for row in range(ids.shape[0]):
-                    sample = samples[flat[rows]]
                     if name == "actor":
+                        sample = samples[flat[rows]]
                         want, _ = encode_prompt_action(tiny_tokenizer, sample.prompt, sample.action)
                     else:
-                        want = tiny_tokenizer(sample.prompt)["input_ids"]
+                        want = tiny_tokenizer(states[flat[rows]].text)["input_ids"]
                     assert _unpad(ids[row].tolist(), mask[row].tolist()) == want
                     rows += 1
-        indices.append(set(record["loaders"]["actor"]["indices"]))
-    assert indices[0] | indices[1] == set(range(len(samples)))
+            indices[name].append(set(flat))
+    assert indices["actor"][0] | indices["actor"][1] == set(range(len(samples)))
+    assert indices["critic"][0] | indices["critic"][1] == set(range(len(states)))
 
 
 def test_batches_feed_the_critic_and_actor_modules_under_a_trainer(tiny_model_dir, tiny_tokenizer, tmp_path):

@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader
 
 from webrl.modules.critic import CriticModule, last_token_index
 from webrl.modules.lm import LoraSettings
-from webrl.modules.losses import critic_loss
+from webrl.modules.losses import critic_loss, critic_state_loss
 
 STATES = [
     'Task Instruction: buy the red shirt\n\nRound 0\n\n<html><button id="2">Add to cart</button></html>',
@@ -61,6 +61,33 @@ def test_compute_loss_is_the_double_critic_loss(tiny):
     )
     assert torch.allclose(loss, expected) and torch.equal(metrics["critic/acc"], accuracy)
     assert set(metrics) == {"critic/loss", "critic/acc", "critic/value_mean", "critic/calibration_error"}
+
+
+def test_a_single_state_batch_takes_the_single_state_loss(tiny):
+    model, tokenizer = tiny
+    critic = CriticModule(model, tokenizer)
+    batch = CriticModule.collate_states(tokenizer, [(STATES[0], 1.0), (STATES[2], 0.0)])
+    assert set(batch) == {"input_ids", "attention_mask", "outcome"}
+    loss, metrics = critic.compute_loss(batch)
+    expected, accuracy = critic_state_loss(critic(batch["input_ids"], batch["attention_mask"]), batch["outcome"])
+    assert torch.allclose(loss, expected) and torch.equal(metrics["critic/acc"], accuracy)
+    # The same two states as the s of a pair batch: that loss adds the s' terms to this one.
+    pairs = CriticModule.collate(tokenizer, [(STATES[0], STATES[1], 1.0), (STATES[2], STATES[0], 0.0)])
+    pair_loss, _ = critic.compute_loss(pairs)
+    next_loss, _ = critic_state_loss(
+        critic(pairs["next_state_input_ids"], pairs["next_state_attention_mask"]), pairs["outcome"]
+    )
+    assert torch.allclose(pair_loss, loss + next_loss, atol=1e-5)
+
+
+def test_head_init_std_sets_the_heads_first_two_layers(tiny):
+    model, tokenizer = tiny
+    critic = CriticModule(model, tokenizer, head_init_std=0.02)
+    for head in critic.heads:
+        for layer in (head[0], head[2]):
+            assert abs(layer.weight.std().item() - 0.02) < 0.002
+    with pytest.raises(ValueError, match="head_init_std must be > 0"):
+        CriticModule(model, tokenizer, head_init_std=0.0)
 
 
 def test_a_lora_critic_trains_its_adapters_and_heads_only(tiny_dir):

@@ -13,6 +13,7 @@ from webrl.modules.losses import (
     actor_loss,
     compute_advantage,
     critic_loss,
+    critic_state_loss,
     critic_values,
     orm_loss,
     paper_advantage,
@@ -159,6 +160,18 @@ def test_critic_loss_sums_four_cross_entropies():
     loss, accuracy = critic_loss(logits, next_logits, outcome)
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     assert accuracy.item() == pytest.approx(0.75)  # head 1 right twice, head 2 wrong on the success
+
+
+def test_the_single_state_critic_loss_sums_the_heads_and_is_half_of_a_pair_of_equal_states():
+    logits = torch.tensor([[[0.0, 0.0], [2.0, 0.0]], [[0.0, math.log(3.0)], [0.0, 0.0]]])  # (2, 2, 2)
+    outcome = t(1.0, 0.0)
+    # head 1: ln 2 on the success, ln(1 + e^-2) on the failure; head 2: ln(4/3) and ln 2.
+    expected = (math.log(2) + math.log(1 + math.exp(-2))) / 2 + (math.log(4 / 3) + math.log(2)) / 2
+    loss, accuracy = critic_state_loss(logits, outcome)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    assert accuracy.item() == pytest.approx(0.75)  # a tie picks "failure": head 1 misses the success
+    pair, _ = critic_loss(logits, logits, outcome)
+    assert pair.item() == pytest.approx(2 * expected, rel=1e-6)
 
 
 def test_orm_score_and_loss():

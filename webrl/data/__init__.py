@@ -34,7 +34,10 @@ _EXPORTS = {
         ("ReplayBuffer", "ReplayFilterConfig", "filter_by_perplexity", "select_successes"), "webrl.data.replay"
     ),
     "ReplayDataModule": "webrl.data.datamodule",
-    **dict.fromkeys(("ActorCollator", "CriticCollator", "StepTokenizer"), "webrl.data.collate"),
+    **dict.fromkeys(
+        ("ActorCollator", "CriticCollator", "CriticStateCollator", "StepTokenizer", "step_labels"), "webrl.data.collate"
+    ),
+    **dict.fromkeys(("CriticState", "critic_states"), "webrl.data.critic_states"),
     **dict.fromkeys(("import_trace_dir", "orm_examples", "sft_examples", "write_sharegpt"), "webrl.data.traces"),
 }
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from webrl.data.critic_states import CriticState
 from webrl.data.prompts import uses_chat_template
 from webrl.data.steps import StepSample
 
@@ -53,6 +54,11 @@ class StepTokenizer:
         prompt_ids = self._fit(sample, sample.prompt, limit, is_next=False)
         next_ids = self._fit(sample, sample.next_prompt, limit, is_next=True) if with_next else []
         return prompt_ids, next_ids
+
+    def fit_state(self, sample: StepSample, *, next_state: bool) -> list[int]:
+        """Ids of s (or s' when `next_state`) within `max_length`, exactly as `fit_prompts` gives them."""
+        prompt = sample.next_prompt if next_state else sample.prompt
+        return self._fit(sample, prompt, self.max_length, is_next=next_state)
 
     def _fit(self, sample: StepSample, prompt: str, limit: int, *, is_next: bool) -> list[int]:
         ids = self.encode(prompt)
@@ -95,7 +101,8 @@ def pad(rows: Sequence[Sequence[int]], value: int, padding_side: str = "left") -
     return out
 
 
-def _labels(samples: Sequence[StepSample]) -> dict[str, torch.Tensor]:
+def step_labels(samples: Sequence[StepSample]) -> dict[str, torch.Tensor]:
+    """The advantage inputs of a batch of steps (`webrl.modules.losses.compute_advantage`), each (B,)."""
     return {
         "reward": torch.tensor([s.reward for s in samples], dtype=torch.float32),  # (B,)
         "mc_return": torch.tensor([s.mc_return for s in samples], dtype=torch.float32),  # (B,)
@@ -119,15 +126,35 @@ def _states(step_tokenizer: StepTokenizer, samples: Sequence[StepSample], side: 
     }
 
 
+class CriticStateCollator:
+    """Batches of single states for the critic: `input_ids`, `attention_mask` (B, T) and `outcome` (B,).
+
+    Each state is tokenised as `CriticCollator` tokenises it within a pair, so a state has one
+    value whichever way it reaches the critic.
+    """
+
+    def __init__(self, tokenizer: Any, max_length: int, padding_side: str = "left") -> None:
+        self.steps = StepTokenizer(tokenizer, max_length)
+        self.padding_side = padding_side
+
+    def __call__(self, states: Sequence[CriticState]) -> dict[str, torch.Tensor]:
+        rows = [self.steps.fit_state(state.sample, next_state=state.next_state) for state in states]
+        return {
+            "input_ids": pad(rows, self.steps.tokenizer.pad_token_id, self.padding_side),  # (B, T)
+            "attention_mask": pad([[1] * len(r) for r in rows], 0, self.padding_side),  # (B, T)
+            "outcome": torch.tensor([state.outcome for state in states], dtype=torch.float32),  # (B,)
+        }
+
+
 class CriticCollator:
-    """Batches of (s, s', outcome) for the critic; `outcome` = 1[mc_return > 0] as in the release."""
+    """Batches of (s, s', outcome) for the release's pair loss; `outcome` = 1[mc_return > 0] as in the release."""
 
     def __init__(self, tokenizer: Any, max_length: int, padding_side: str = "left") -> None:
         self.steps = StepTokenizer(tokenizer, max_length)
         self.padding_side = padding_side
 
     def __call__(self, samples: Sequence[StepSample]) -> dict[str, torch.Tensor]:
-        return {**_states(self.steps, samples, self.padding_side), **_labels(samples)}
+        return {**_states(self.steps, samples, self.padding_side), **step_labels(samples)}
 
 
 class ActorCollator:
@@ -136,7 +163,7 @@ class ActorCollator:
     `input_ids` (B, T) holds prompt ids then action ids then eos; `action_mask` (B, T) is 1 on the
     action and eos positions. The critic's view of s and s' rides along (`state_*`,
     `next_state_*`, tokenised with `critic_tokenizer`) so advantages can be computed in the step;
-    `advantage` (B,) is added when every sample already carries one.
+    when every sample already carries an advantage, `advantage` (B,) comes instead of the states.
     """
 
     def __init__(
@@ -166,4 +193,5 @@ class ActorCollator:
         }
         if all(s.advantage is not None for s in samples):
             batch["advantage"] = torch.tensor([s.advantage for s in samples], dtype=torch.float32)  # (B,)
-        return {**batch, **_states(self.critic_steps, samples, side), **_labels(samples)}
+            return {**batch, **step_labels(samples)}
+        return {**batch, **_states(self.critic_steps, samples, side), **step_labels(samples)}

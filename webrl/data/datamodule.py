@@ -2,8 +2,10 @@
 
 One phase trains on the current phase's steps (successes and failures) plus the replayed steps
 that passed the experience filter (`webrl.data.replay.filter_by_perplexity`). The critic reads
-(s, s', outcome); the actor reads (s, a) with the advantage inputs (reward, mc_return, done) and
-the critic's view of s and s'. Collation is in `webrl.data.collate`.
+single states with their outcome, each distinct state of a trajectory once
+(`webrl.data.critic_states`: s'_t is s_{t+1}, so pairs would run interior states twice); the
+actor reads (s, a) with the advantage inputs (reward, mc_return, done) and the critic's view of s
+and s', or the advantage when the samples carry one. Collation is in `webrl.data.collate`.
 
 It works three ways: with `lightning.Trainer` (`train_dataloader` serves `target`), under
 Fabric (the phase loop calls `critic_dataloader()` / `actor_dataloader()` and
@@ -28,7 +30,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, SequentialSampler
 
-from webrl.data.collate import ActorCollator, CriticCollator
+from webrl.data.collate import ActorCollator, CriticStateCollator
+from webrl.data.critic_states import CriticState, critic_states
 from webrl.data.length_batches import LengthGroupedBatches
 from webrl.data.prompts import uses_chat_template
 from webrl.data.steps import DEFAULT_GAMMA, StepSample, trajectory_to_samples
@@ -58,7 +61,8 @@ class ReplayDataModule(L.LightningDataModule):
     prompts lose the end of their page HTML, never history or action. `target` picks what
     `train_dataloader` serves under a Trainer. Batches are left padded unless `padding_side`
     says "right". `group_by_length` batches steps of similar length together (see
-    `webrl.data.length_batches`), which cuts padding but changes the batch order.
+    `webrl.data.length_batches`; the critic's length is its state's, the actor's its prompt and
+    action), which cuts padding but changes the batch order.
     """
 
     def __init__(
@@ -99,6 +103,7 @@ class ReplayDataModule(L.LightningDataModule):
         self.padding_side = padding_side
         self.group_by_length = group_by_length
         self.dataset: StepDataset | None = None
+        self.critic_states: list[CriticState] = []
 
     def setup(self, stage: str | None = None) -> None:
         """Turn the current trajectories into samples and join them with the replayed ones."""
@@ -114,15 +119,20 @@ class ReplayDataModule(L.LightningDataModule):
         if not samples:
             raise ValueError("no training steps: the current phase and the replay are both empty")
         self.dataset = StepDataset(samples)
+        self.critic_states = critic_states(samples)
 
     def critic_dataloader(self) -> DataLoader:
-        """Batches of (s, s', outcome): see `CriticCollator`."""
-        return self._loader(CriticCollator(self.critic_tokenizer, self.max_length, self.padding_side))
+        """Batches of single states and their outcomes, each of `critic_states` once: see `CriticStateCollator`."""
+        self._check_setup()
+        collate = CriticStateCollator(self.critic_tokenizer, self.max_length, self.padding_side)
+        return self._loader(self.critic_states, [len(state.text) for state in self.critic_states], collate)
 
     def actor_dataloader(self) -> DataLoader:
         """Batches of prompt + action with advantage inputs: see `ActorCollator`."""
+        self._check_setup()
         collate = ActorCollator(self.tokenizer, self.max_length, self.critic_tokenizer, self.padding_side)
-        return self._loader(collate)
+        lengths = [len(sample.prompt) + len(sample.action) for sample in self.dataset.samples]
+        return self._loader(self.dataset, lengths, collate)
 
     def train_dataloader(self) -> DataLoader:
         return self.actor_dataloader() if self.target == "actor" else self.critic_dataloader()
@@ -130,24 +140,24 @@ class ReplayDataModule(L.LightningDataModule):
     def _chat(self) -> Any:
         return self.tokenizer if uses_chat_template(self.tokenizer) else None
 
-    def _loader(self, collate: Any) -> DataLoader:
+    def _check_setup(self) -> None:
         if self.dataset is None:
             raise RuntimeError("call setup() before asking for a dataloader")
+
+    def _loader(self, items: Sequence[Any], lengths: Sequence[int], collate: Any) -> DataLoader:
+        """A loader over `items`; `lengths` (characters, one per item) group batches under `group_by_length`."""
         world, rank = self._world()
         if self.group_by_length and self.shuffle:
-            lengths = [len(sample.prompt) + len(sample.action) for sample in self.dataset.samples]
             batches = LengthGroupedBatches(lengths, self.batch_size, seed=self.seed, rank=rank, world=world)
-            return DataLoader(self.dataset, batch_sampler=batches, collate_fn=collate, num_workers=self.num_workers)
+            return DataLoader(items, batch_sampler=batches, collate_fn=collate, num_workers=self.num_workers)
         if world > 1:
-            sampler = DistributedSampler(
-                self.dataset, num_replicas=world, rank=rank, shuffle=self.shuffle, seed=self.seed
-            )
+            sampler = DistributedSampler(items, num_replicas=world, rank=rank, shuffle=self.shuffle, seed=self.seed)
         elif self.shuffle:
-            sampler = RandomSampler(self.dataset, generator=torch.Generator().manual_seed(self.seed))
+            sampler = RandomSampler(items, generator=torch.Generator().manual_seed(self.seed))
         else:
-            sampler = SequentialSampler(self.dataset)
+            sampler = SequentialSampler(items)
         return DataLoader(
-            self.dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=collate, num_workers=self.num_workers
+            items, batch_size=self.batch_size, sampler=sampler, collate_fn=collate, num_workers=self.num_workers
         )
 
     def _world(self) -> tuple[int, int]:

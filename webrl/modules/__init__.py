@@ -19,9 +19,18 @@ _EXPORTS = {
         "webrl.modules.lm",
     ),
     **dict.fromkeys(
-        ("ActorLossConfig", "AdvantageConfig", "actor_loss", "compute_advantage", "critic_loss", "orm_loss"),
+        (
+            "ActorLossConfig",
+            "AdvantageConfig",
+            "actor_loss",
+            "compute_advantage",
+            "critic_loss",
+            "critic_state_loss",
+            "orm_loss",
+        ),
         "webrl.modules.losses",
     ),
+    "precompute_advantages": "webrl.modules.advantages",
 }
 
 __all__ = sorted(_EXPORTS)

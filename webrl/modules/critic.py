@@ -4,16 +4,28 @@ Structure follows the release [C `VLMDoubleCritic`]: the decoder stack of a caus
 dropped) reads the state prompt; the hidden state of the prompt's last token feeds two
 independent MLP heads (hidden→hidden→hidden→2, ReLU; first two Linear layers N(0, 0.2), biases
 0); V(s) = min over heads of softmax P(success), the pessimistic of the two. It is trained by
-cross-entropy of both heads on s and s' against the trajectory's outcome [P eq. 7, C].
+cross-entropy of both heads against the trajectory's outcome [P eq. 7, C].
+
+The release trains on (s, s') pairs: each step's loss covers s and s', and since the next state
+of step t is the prompt of step t+1 (`webrl.data.steps.trajectory_to_samples`), every interior
+state of a trajectory is run through the trunk, forward and backward, twice per epoch. Here the
+training batches are single states instead (`webrl.data.critic_states`): each distinct state of a
+trajectory once, labelled by that trajectory's outcome. The value target is the same, the heads
+see the same per-state gradient weight, and an epoch takes about half the trunk passes, which is
+what the critic stage costs on a CPU. Pair batches are still accepted, for the release's loss.
 
 Unlike the release, which reads position −1 and is only right at batch size 1, the feature is
 taken at the LAST REAL token of each row and positions come from the attention mask, so a
 state's value does not depend on the padding side or on what else is in the batch.
 
-Batch schema (as produced by `webrl.data.collate.CriticCollator` or `CriticModule.collate`):
-- `state_input_ids`, `state_attention_mask`: (B, Ts) long — s, any padding side;
-- `next_state_input_ids`, `next_state_attention_mask`: (B, Tn) long — s';
-- `outcome`: (B,) float — 1 for a successful trajectory, 0 otherwise (label for both s and s').
+Batch schemas; `compute_loss` takes either:
+- single states (`webrl.data.collate.CriticStateCollator` or `CriticModule.collate_states`):
+  `input_ids`, `attention_mask` (B, T) long, any padding side; `outcome` (B,) float, 1 for a
+  successful trajectory, 0 otherwise. Loss: `webrl.modules.losses.critic_state_loss`.
+- pairs, the release's form (`webrl.data.collate.CriticCollator` or `CriticModule.collate`):
+  `state_input_ids`, `state_attention_mask` (B, Ts) — s; `next_state_input_ids`,
+  `next_state_attention_mask` (B, Tn) — s'; `outcome` (B,), the label of both.
+  Loss: `webrl.modules.losses.critic_loss`.
 """
 
 from __future__ import annotations
@@ -39,21 +51,22 @@ from webrl.modules.lm import (
     pad_batch,
     position_ids_from_mask,
 )
-from webrl.modules.losses import critic_loss, critic_values
+from webrl.modules.losses import critic_loss, critic_state_loss, critic_values
 
 NUM_HEADS = 2
 HEAD_INIT_STD = 0.2
+"""The release's std of the heads' first two Linear weights."""
 CALIBRATION_BINS = 10
 """Equal-width bins of V(s) for the expected calibration error (`critic/calibration_error`): |P(success) − rate|
 weighted by each bin's share. A value is a probability the advantage relies on, not just a ranking."""
 
 
-def _value_head(hidden: int) -> nn.Sequential:
+def _value_head(hidden: int, init_std: float = HEAD_INIT_STD) -> nn.Sequential:
     head = nn.Sequential(
         nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2)
     )
     for layer in (head[0], head[2]):
-        nn.init.normal_(layer.weight, mean=0.0, std=HEAD_INIT_STD)
+        nn.init.normal_(layer.weight, mean=0.0, std=init_std)
         nn.init.zeros_(layer.bias)
     return head
 
@@ -75,7 +88,8 @@ class CriticModule(WebRLModule):
 
     `model` is a local model directory or a loaded causal LM (its `base_model`, the decoder stack,
     becomes the trunk; the LM head is not kept). Phase i's critic usually starts from the SFT
-    model's weights and then resumes from phase i−1's critic state dict [I #7].
+    model's weights and then resumes from phase i−1's critic state dict [I #7]. `head_init_std` is
+    the std of the heads' first two Linear weights (the release's 0.2 by default).
     """
 
     namespace = "critic"
@@ -88,8 +102,11 @@ class CriticModule(WebRLModule):
         weight_decay: float = 0.0,
         max_length: int | None = None,
         lora: LoraSettings | None = None,
+        head_init_std: float = HEAD_INIT_STD,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
+        if head_init_std <= 0:
+            raise ValueError(f"head_init_std must be > 0, got {head_init_std}")
         if isinstance(model, (str, os.PathLike)):
             model, tokenizer = load_model_and_tokenizer(Path(model), lora=lora)
         elif lora is not None:
@@ -102,7 +119,7 @@ class CriticModule(WebRLModule):
             model = model.get_base_model()
         self.trunk = model.base_model
         hidden = model.config.hidden_size
-        self.heads = nn.ModuleList([_value_head(hidden) for _ in range(NUM_HEADS)])
+        self.heads = nn.ModuleList([_value_head(hidden, head_init_std) for _ in range(NUM_HEADS)])
         # Epoch-level validation metric (Lightning computes and resets the logged object); no checkpoint state.
         self.val_calibration = BinaryCalibrationError(n_bins=CALIBRATION_BINS)
         self.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
@@ -134,10 +151,14 @@ class CriticModule(WebRLModule):
     def _loss_and_values(
         self, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-        """The double-critic loss, its per-batch metrics, the detached V(s) and the 0/1 outcomes; (B,) each."""
-        logits = self(batch["state_input_ids"], batch["state_attention_mask"])  # (H, B, 2)
-        next_logits = self(batch["next_state_input_ids"], batch["next_state_attention_mask"])  # (H, B, 2)
-        loss, accuracy = critic_loss(logits, next_logits, batch["outcome"])
+        """Loss of a single-state or pair batch, its metrics, the detached V(s) and the 0/1 outcomes; (B,) each."""
+        if "input_ids" in batch:  # one state per row (module docstring)
+            logits = self(batch["input_ids"], batch["attention_mask"])  # (H, B, 2)
+            loss, accuracy = critic_state_loss(logits, batch["outcome"])
+        else:  # the release's (s, s') pairs
+            logits = self(batch["state_input_ids"], batch["state_attention_mask"])  # (H, B, 2)
+            next_logits = self(batch["next_state_input_ids"], batch["next_state_attention_mask"])  # (H, B, 2)
+            loss, accuracy = critic_loss(logits, next_logits, batch["outcome"])
         values = critic_values(logits.detach())  # (B,)
         metrics = {"critic/loss": loss.detach(), "critic/acc": accuracy, "critic/value_mean": values.mean()}
         return loss, metrics, values, (batch["outcome"] >= SUCCESS_THRESHOLD).long()
@@ -163,13 +184,26 @@ class CriticModule(WebRLModule):
         return torch.cat(out) if out else torch.zeros(0)
 
     @staticmethod
+    def collate_states(
+        tokenizer: PreTrainedTokenizerBase,
+        examples: Sequence[tuple[str, float]],
+        max_length: int | None = None,
+        padding_side: str = "left",
+    ) -> dict[str, torch.Tensor]:
+        """A single-state critic batch (see the module docstring) from (state, outcome) pairs."""
+        rows = [encode_prompt(tokenizer, state, max_length) for state, _ in examples]
+        ids, mask = pad_batch(rows, tokenizer.pad_token_id, padding_side)
+        outcome = torch.tensor([float(o) for _, o in examples], dtype=torch.float32)  # (B,)
+        return {"input_ids": ids, "attention_mask": mask, "outcome": outcome}
+
+    @staticmethod
     def collate(
         tokenizer: PreTrainedTokenizerBase,
         examples: Sequence[tuple[str, str, float]],
         max_length: int | None = None,
         padding_side: str = "left",
     ) -> dict[str, torch.Tensor]:
-        """A critic batch (see the module docstring) from (state, next_state, outcome) triples."""
+        """A pair critic batch, the release's form (module docstring), from (state, next_state, outcome) triples."""
         states = [encode_prompt(tokenizer, s, max_length) for s, _, _ in examples]
         next_states = [encode_prompt(tokenizer, n, max_length) for _, n, _ in examples]
         state_ids, state_mask = pad_batch(states, tokenizer.pad_token_id, padding_side)

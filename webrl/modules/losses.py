@@ -244,6 +244,21 @@ def critic_values(logits: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits.float(), dim=-1)[..., 1].min(dim=0).values
 
 
+def critic_state_loss(logits: torch.Tensor, outcome: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The double critic's loss on single states: Σ over heads of CE(head(s), y), y = 1[outcome ≥ 0.5].
+
+    `logits` (H, B, 2); `outcome` (B,). Each head's cross-entropy is a mean over the batch, as in
+    `critic_loss`, which is this loss on s plus this loss on s'. Returns the loss and the heads'
+    mean accuracy.
+    """
+    target = (outcome >= SUCCESS_THRESHOLD).long()  # (B,)
+    loss = logits.new_zeros((), dtype=torch.float32)
+    for head_logits in logits:  # each (B, 2)
+        loss = loss + F.cross_entropy(head_logits.float(), target)
+    accuracy = (logits.argmax(-1) == target).float().mean()  # over (H, B)
+    return loss, accuracy.detach()
+
+
 def critic_loss(
     logits: torch.Tensor, next_logits: torch.Tensor, outcome: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -252,12 +267,9 @@ def critic_loss(
     `logits`, `next_logits` (H, B, 2); `outcome` (B,). Returns the loss and the heads' mean
     accuracy on s (the release logs per-head accuracy on s).
     """
-    target = (outcome >= SUCCESS_THRESHOLD).long()  # (B,)
-    loss = logits.new_zeros(())
-    for head_logits in (*logits, *next_logits):  # each (B, 2)
-        loss = loss + F.cross_entropy(head_logits.float(), target)
-    accuracy = (logits.argmax(-1) == target).float().mean()  # over (H, B)
-    return loss, accuracy.detach()
+    loss, accuracy = critic_state_loss(logits, outcome)
+    next_loss, _ = critic_state_loss(next_logits, outcome)
+    return loss + next_loss, accuracy
 
 
 def yes_probability(last_logits: torch.Tensor, yes_id: int, no_id: int) -> torch.Tensor:

@@ -1,0 +1,91 @@
+"""Advantages of a whole actor dataset, computed once before the actor trains.
+
+The critic is frozen during the actor stage, so V(s) and V(s') of a step are the same at every
+actor step and in every epoch. Computing them inside the actor step (`ActorModule.critic_advantage`)
+runs the critic's trunk twice per step on top of the policy's forward and backward and the
+reference's forward; on a CPU that is a third of the step. `precompute_advantages` instead scores
+each distinct state of the dataset once (s'_t is s_{t+1}, so most states are shared between two
+steps), in no-grad batches sorted by length so that little of a batch is padding, and writes each
+sample's advantage onto it; `webrl.data.collate.ActorCollator` then hands the advantages to the
+actor and skips the critic's view of the states.
+
+A state is tokenised exactly as in an actor batch (`StepTokenizer.fit_state`), and the critic's value
+of a state does not depend on padding or batch neighbours, so the advantages equal those the actor
+step would have computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+
+from webrl.data.collate import StepTokenizer, pad, step_labels
+from webrl.data.steps import StepSample
+from webrl.modules.critic import CriticModule
+from webrl.modules.losses import AdvantageConfig, compute_advantage
+
+
+def state_values(
+    critic: CriticModule,
+    samples: Sequence[StepSample],
+    *,
+    max_length: int,
+    batch_size: int = 8,
+    autocast: AbstractContextManager | None = None,
+) -> dict[str, float]:
+    """V of every distinct state (s and s') of `samples`, keyed by the state's recorded text.
+
+    `autocast` (e.g. `fabric.autocast()`) is entered around the forwards, so values come at the
+    precision the actor step would have used.
+    """
+    steps = StepTokenizer(critic.tokenizer, max_length)
+    rows: dict[str, list[int]] = {}
+    for sample in samples:
+        for next_state in (False, True):
+            text = sample.next_prompt if next_state else sample.prompt
+            if text not in rows:
+                rows[text] = steps.fit_state(sample, next_state=next_state)
+    texts = sorted(rows, key=lambda text: len(rows[text]))
+    device = critic.heads[0][0].weight.device
+    values: dict[str, float] = {}
+    was_training = critic.training
+    critic.eval()
+    try:
+        with autocast or nullcontext():
+            for start in range(0, len(texts), batch_size):
+                chunk = texts[start : start + batch_size]
+                batch = [rows[text] for text in chunk]
+                ids = pad(batch, critic.tokenizer.pad_token_id)  # (b, T), left padded
+                mask = pad([[1] * len(row) for row in batch], 0)  # (b, T)
+                scored = critic.state_values(ids.to(device), mask.to(device)).float().cpu()  # (b,)
+                values.update(zip(chunk, scored.tolist(), strict=True))
+    finally:
+        critic.train(was_training)
+    return values
+
+
+def precompute_advantages(
+    critic: CriticModule,
+    samples: Sequence[StepSample],
+    config: AdvantageConfig,
+    *,
+    max_length: int,
+    batch_size: int = 8,
+    autocast: AbstractContextManager | None = None,
+) -> torch.Tensor:
+    """Set `advantage` on every sample from the critic's V(s), V(s') and the step labels; returns them, (N,).
+
+    `max_length` must be the actor batches' (`ReplayDataModule.max_length`), so that states are cut
+    to the same page HTML as there.
+    """
+    if not samples:
+        return torch.zeros(0)
+    values = state_values(critic, samples, max_length=max_length, batch_size=batch_size, autocast=autocast)
+    value = torch.tensor([values[sample.prompt] for sample in samples])  # (N,)
+    next_value = torch.tensor([values[sample.next_prompt] for sample in samples])  # (N,)
+    advantage = compute_advantage(value, next_value, step_labels(samples), config).float()  # (N,)
+    for sample, item in zip(samples, advantage.tolist(), strict=True):
+        sample.advantage = item
+    return advantage
