@@ -19,7 +19,7 @@ from lightning.fabric import Fabric
 
 from webrl.config import load_config
 from webrl.data.trajectory import Step, Task, Trajectory
-from webrl.env.episode import EpisodeLimits
+from webrl.env.limits import EpisodeLimits
 from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import WebRLConfig
 from webrl.orm_data import (

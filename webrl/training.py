@@ -78,6 +78,31 @@ def setup_for_training(fabric: Fabric, module: Any) -> tuple[Any, Any]:
     return wrapped, optimizer
 
 
+def _micro_batch(
+    fabric: Fabric,
+    module: Any,
+    optimizer: torch.optim.Optimizer,
+    batch: Any,
+    settings: StageSettings,
+    *,
+    optimizer_step: bool,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Forward and backward on one micro-batch; with `optimizer_step`, sync the gradients, clip them and step.
+
+    The gradients of an optimizer step's earlier micro-batches accumulate locally: the strategy's
+    all-reduce runs once per step, on its last micro-batch.
+    """
+    with fabric.no_backward_sync(module, enabled=not optimizer_step):
+        loss, metrics = module.compute_loss(batch)
+        fabric.backward(loss / settings.accumulate)
+    if optimizer_step:
+        if settings.grad_clip > 0:
+            fabric.clip_gradients(module, optimizer, max_norm=settings.grad_clip, error_if_nonfinite=False)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return loss, metrics
+
+
 def train_module(
     fabric: Fabric,
     module: Any,
@@ -112,14 +137,7 @@ def train_module(
             for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
                 group["lr"] = base * lr_factor(step, total_steps, settings)
             is_last_micro = (batch_index + 1) % settings.accumulate == 0 or batch_index + 1 == total_batches
-            with fabric.no_backward_sync(module, enabled=not is_last_micro):
-                loss, metrics = module.compute_loss(batch)
-                fabric.backward(loss / settings.accumulate)
-            if is_last_micro:
-                if settings.grad_clip > 0:
-                    fabric.clip_gradients(module, optimizer, max_norm=settings.grad_clip, error_if_nonfinite=False)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+            loss, metrics = _micro_batch(fabric, module, optimizer, batch, settings, optimizer_step=is_last_micro)
             values = {key: float(value) for key, value in metrics.items()}
             for key, value in values.items():
                 sums[key] = sums.get(key, 0.0) + value

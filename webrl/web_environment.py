@@ -21,7 +21,7 @@ from typing import Any
 from webrl.data.prompts import actor_prompt_for_step, uses_chat_template
 from webrl.data.trajectory import Task, Trajectory, read_trajectories
 from webrl.env.browser import BrowserConfig, BrowserPool
-from webrl.env.episode import EpisodeLimits
+from webrl.env.limits import EpisodeLimits
 from webrl.env.observation import ObservationConfig
 from webrl.env.tasks import load_tasks
 from webrl.inference.engine import InferenceEngine, SamplingParams
