@@ -31,7 +31,7 @@ from webrl.orm_data import (
     truncated_responses,
     wrong_answer_responses,
 )
-from webrl.supervised import orm_dir
+from webrl.starting_models import orm_dir
 from webrl.web_environment import WebEnvironment
 
 pytestmark = pytest.mark.timeout(900)
