@@ -150,8 +150,8 @@ def test_unsupported_helpers_are_named(run, pool, backend, pages):
         _evaluate(run, pool, backend, pages, block, None)
 
 
-def _unreachable_judge(intent, answer, reference):
-    raise ConnectionError("judge server unreachable")
+def _undecided_judge(intent, answer, reference):
+    raise ValueError("the judge answered 'maybe', neither yes nor no")
 
 
 _HELPER = {
@@ -171,11 +171,11 @@ _HELPER = {
         ),
         (
             {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["shipped"]}},
-            _unreachable_judge,
-            "ConnectionError: judge server unreachable",
+            _undecided_judge,
+            "ValueError: the judge answered 'maybe', neither yes nor no",
         ),
     ],
-    ids=["missing-helper", "failing-judge"],
+    ids=["missing-helper", "undecided-judge"],
 )
 def test_an_evaluator_that_fails_ends_its_episode_as_error(run, pool, pages, eval_block, judge, reason):
     """One mechanism for any evaluator failure: status "error", a message naming the exception, `ended_as` kept."""
