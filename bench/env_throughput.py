@@ -32,7 +32,7 @@ from pathlib import Path
 from webrl.data.trajectory import is_full_score
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.chromium import find_chromium
-from webrl.env.episode import EpisodeLimits
+from webrl.env.limits import EpisodeLimits
 from webrl.env.miniwob import MiniWoBBackend, miniwob_html_dir, miniwob_tasks
 from webrl.env.scripted_policy import MiniWoBScriptedPolicy
 

@@ -34,7 +34,7 @@ import psutil
 
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.env.browser import BrowserConfig, BrowserPool
-from webrl.env.episode import EpisodeLimits
+from webrl.env.limits import EpisodeLimits
 from webrl.env.sites import EmbeddedSites
 from webrl.env.sites.suite import load_suite
 from webrl.inference.engine import InferenceEngine, SamplingParams

@@ -25,7 +25,8 @@ from webrl.data.trajectory import is_success
 from webrl.report import format_comparison
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState
-from webrl.supervised import ensure_sft, is_built, train_sft
+from webrl.starting_models import ensure_sft, train_sft
+from webrl.training import is_built
 from webrl.web_environment import WebEnvironment
 
 

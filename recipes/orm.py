@@ -27,7 +27,8 @@ from webrl.inference.engine import build_engine
 from webrl.metrics import agreement, success_by_site
 from webrl.modules.orm import orm_scorer
 from webrl.orm_data import format_counts
-from webrl.supervised import DONE_MARKER, ensure_orm, ensure_sft
+from webrl.starting_models import ensure_orm, ensure_sft
+from webrl.training import DONE_MARKER
 from webrl.web_environment import WebEnvironment
 
 

@@ -12,7 +12,7 @@ import sys
 
 from recipes.evaluate import evaluate_checkpoint
 from recipes.webrl import launch_fabric, recipe_config
-from webrl.supervised import ensure_sft
+from webrl.starting_models import ensure_sft
 from webrl.web_environment import WebEnvironment
 
 

@@ -35,7 +35,7 @@ from webrl.loop_config import WebRLConfig
 from webrl.report import format_phase_table
 from webrl.run_config import check_run_config, keep_run_config
 from webrl.run_plan import describe_plan
-from webrl.supervised import ensure_orm, ensure_sft
+from webrl.starting_models import ensure_orm, ensure_sft
 from webrl.tracking import WANDB_ENVIRONMENT, build_loggers, setup_logging
 from webrl.web_environment import WebEnvironment
 

@@ -18,11 +18,7 @@ CLASS_LINES = 250
 FUNCTION_LINES = 60
 
 ALLOWED = {
-    "webrl/env/episode.py::Episode": 293,
-    "webrl/env/episode.py::Episode.step": 63,
-    "webrl/inference/rollout.py::collect_rollouts": 63,
     "webrl/loop.py::PhaseLoop": 351,
-    "webrl/training.py::train_module": 62,
 }
 """Violators on the day this check came in: `file::qualified name` -> lines. Lower an entry when its code shrinks."""
 

@@ -19,7 +19,7 @@ from lightning.fabric import Fabric
 
 from webrl.config import load_config
 from webrl.data.trajectory import Step, Task, Trajectory
-from webrl.env.episode import EpisodeLimits
+from webrl.env.limits import EpisodeLimits
 from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import WebRLConfig
 from webrl.orm_data import (
@@ -31,7 +31,7 @@ from webrl.orm_data import (
     truncated_responses,
     wrong_answer_responses,
 )
-from webrl.supervised import orm_dir
+from webrl.starting_models import orm_dir
 from webrl.web_environment import WebEnvironment
 
 pytestmark = pytest.mark.timeout(900)

@@ -26,7 +26,7 @@ from webrl.data.trajectory import Trajectory
 from webrl.inference.engine import Completion, SamplingParams
 from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
-from webrl.supervised import base_model_dir, ensure_demonstrations
+from webrl.starting_models import base_model_dir, ensure_demonstrations
 from webrl.web_environment import WebEnvironment
 
 pytestmark = pytest.mark.timeout(900)

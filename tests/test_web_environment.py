@@ -13,7 +13,7 @@ import pytest
 from webrl.config import load_config
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.trajectory import Task, read_trajectories
-from webrl.env.episode import EpisodeLimits
+from webrl.env.limits import EpisodeLimits
 from webrl.env.splits import VALIDATION_SIZE
 from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import WebRLConfig

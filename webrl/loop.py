@@ -52,9 +52,8 @@ from webrl.modules.lm import actor_scorer
 from webrl.modules.orm import orm_scorer
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState, seed_everything_for, stage_seed
-from webrl.supervised import save_model_dir
 from webrl.tracking import log_phase_views, write_phase_row
-from webrl.training import StageSettings, setup_for_training, train_module
+from webrl.training import StageSettings, save_model_dir, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
 log = logging.getLogger(__name__)

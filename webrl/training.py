@@ -4,13 +4,19 @@ The critic, actor, ORM and SFT stages of the phase loop all run through `train_m
 strategy (DDP, FSDP, FSDP2), gradient clipping, accumulation, progress and metric logging are
 written once. Every rank runs the same number of steps (the DataModule pads its distributed
 sampler), since a rank that stopped early would leave the others waiting in a collective.
+
+What a stage trained is saved with `save_model_dir`: an HF model directory that appears whole or
+not at all, its `DONE_MARKER` written last (`is_built`), so a cache or a resumed run never loads
+half a model.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,8 +24,10 @@ from lightning.fabric import Fabric
 from tqdm.auto import tqdm
 
 from webrl.config_checks import at_least, one_of, positive, within
+from webrl.data.atomic_io import publish_dir, write_json_atomic
 
 SCHEDULES = ("constant", "cosine")
+DONE_MARKER = "webrl_done.json"
 
 
 @dataclass
@@ -78,6 +86,31 @@ def setup_for_training(fabric: Fabric, module: Any) -> tuple[Any, Any]:
     return wrapped, optimizer
 
 
+def _micro_batch(
+    fabric: Fabric,
+    module: Any,
+    optimizer: torch.optim.Optimizer,
+    batch: Any,
+    settings: StageSettings,
+    *,
+    optimizer_step: bool,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Forward and backward on one micro-batch; with `optimizer_step`, sync the gradients, clip them and step.
+
+    The gradients of an optimizer step's earlier micro-batches accumulate locally: the strategy's
+    all-reduce runs once per step, on its last micro-batch.
+    """
+    with fabric.no_backward_sync(module, enabled=not optimizer_step):
+        loss, metrics = module.compute_loss(batch)
+        fabric.backward(loss / settings.accumulate)
+    if optimizer_step:
+        if settings.grad_clip > 0:
+            fabric.clip_gradients(module, optimizer, max_norm=settings.grad_clip, error_if_nonfinite=False)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return loss, metrics
+
+
 def train_module(
     fabric: Fabric,
     module: Any,
@@ -112,14 +145,7 @@ def train_module(
             for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
                 group["lr"] = base * lr_factor(step, total_steps, settings)
             is_last_micro = (batch_index + 1) % settings.accumulate == 0 or batch_index + 1 == total_batches
-            with fabric.no_backward_sync(module, enabled=not is_last_micro):
-                loss, metrics = module.compute_loss(batch)
-                fabric.backward(loss / settings.accumulate)
-            if is_last_micro:
-                if settings.grad_clip > 0:
-                    fabric.clip_gradients(module, optimizer, max_norm=settings.grad_clip, error_if_nonfinite=False)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+            loss, metrics = _micro_batch(fabric, module, optimizer, batch, settings, optimizer_step=is_last_micro)
             values = {key: float(value) for key, value in metrics.items()}
             for key, value in values.items():
                 sums[key] = sums.get(key, 0.0) + value
@@ -140,3 +166,35 @@ def train_module(
     if tokens:
         summary[f"{name}/tokens_per_s"] = tokens / max(elapsed, 1e-9)
     return summary
+
+
+def is_built(path: Path) -> bool:
+    """A model directory (or other build) is complete: its done marker is in."""
+    return (path / DONE_MARKER).exists()
+
+
+def publish_model_dir(tmp: Path, target: Path, info: dict[str, Any]) -> Path:
+    """Mark `tmp` complete and move it to `target` in one rename (files fsynced): a half-built dir is never used."""
+    write_json_atomic(tmp / DONE_MARKER, info)
+    return publish_dir(tmp, target)
+
+
+def save_model_dir(fabric: Fabric, model: Any, tokenizer: Any, target: Path, info: dict[str, Any]) -> Path:
+    """Write `model` as an HF model directory at `target`, atomically, under any strategy.
+
+    The full weights are gathered first, a collective under FSDP/FSDP2 that every rank joins; a
+    rank-0-only `save_pretrained` of sharded weights would start a gather the other ranks never
+    join and pair it with their next barrier instead.
+    """
+    from webrl.inference.weight_sync import full_state_dict
+
+    state = full_state_dict(model)
+    if fabric.is_global_zero:
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA: merged into base names
+        base.save_pretrained(tmp, state_dict=state)
+        tokenizer.save_pretrained(tmp)
+        publish_model_dir(tmp, target, info)
+    fabric.barrier()
+    return target

@@ -21,8 +21,8 @@ from typing import Any
 from webrl.data.prompts import actor_prompt_for_step, uses_chat_template
 from webrl.data.trajectory import Task, Trajectory, read_trajectories
 from webrl.env.browser import BrowserConfig, BrowserPool
-from webrl.env.episode import EpisodeLimits
 from webrl.env.judge import build_judge
+from webrl.env.limits import EpisodeLimits
 from webrl.env.login import StorageStates
 from webrl.env.observation import ObservationConfig
 from webrl.env.screenshots import ScreenshotRecorder

@@ -93,7 +93,7 @@ def test_mixed_mode_pools_llm_and_template_candidates():
 @pytest.mark.timeout(600)
 def test_kept_template_tasks_are_solved_in_the_browser_after_a_real_critic_filter(tmp_path):
     from webrl.env.browser import BrowserConfig, BrowserPool
-    from webrl.env.episode import EpisodeLimits
+    from webrl.env.limits import EpisodeLimits
     from webrl.env.sites import EmbeddedSites, scorecard
     from webrl.inference.rollout import collect_rollouts
     from webrl.inference.scripted import ScriptedEngine

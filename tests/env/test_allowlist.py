@@ -20,7 +20,7 @@ import pytest
 from env_helpers import element_id, page_task
 
 from webrl.env.backend import WebArenaBackend
-from webrl.env.episode import EpisodeLimits
+from webrl.env.limits import EpisodeLimits
 from webrl.env.outside_proxy import OutsideProxy, host_port
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,7 +12,8 @@ from webrl.data.trajectory import Task
 from webrl.env import episode as episode_module
 from webrl.env.actions import parse_action
 from webrl.env.backend import WebArenaBackend
-from webrl.env.episode import EpisodeLimits, outside_origins
+from webrl.env.limits import EpisodeLimits
+from webrl.env.site_guard import outside_origins
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from env_helpers import page_task
 
+from webrl.env.backend import WebArenaBackend
 from webrl.env.evaluators import MissingHelperError, clean_answer, evaluate_task, string_match, url_match
 from webrl.env.tasks import load_tasks
 
@@ -147,3 +148,48 @@ def test_unsupported_helpers_are_named(run, pool, backend, pages):
     expected = "task t1: eval.program_html.0..url calls WebArena helper reddit_get_post_url.., which webrl does not"
     with pytest.raises(MissingHelperError, match=expected):
         _evaluate(run, pool, backend, pages, block, None)
+
+
+def _undecided_judge(intent, answer, reference):
+    raise ValueError("the judge answered 'maybe', neither yes nor no")
+
+
+_HELPER = {
+    "url": "func:reddit_get_post_url('__last_url__')",
+    "locator": "",
+    "required_contents": {"must_include": ["x"]},
+}
+
+
+@pytest.mark.parametrize(
+    ("eval_block", "judge", "reason"),
+    [
+        (
+            {"eval_types": ["program_html"], "program_html": [_HELPER]},
+            None,
+            "MissingHelperError: task t1: eval.program_html[0].url calls WebArena helper reddit_get_post_url()",
+        ),
+        (
+            {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["shipped"]}},
+            _undecided_judge,
+            "ValueError: the judge answered 'maybe', neither yes nor no",
+        ),
+    ],
+    ids=["missing-helper", "undecided-judge"],
+)
+def test_an_evaluator_that_fails_ends_its_episode_as_error(run, pool, pages, eval_block, judge, reason):
+    """One mechanism for any evaluator failure: status "error", a message naming the exception, `ended_as` kept."""
+    (task,) = load_tasks([page_task("page2.html", eval_block=eval_block).to_dict()], {"__PAGES__": pages.url})
+    backend = WebArenaBackend({"__PAGES__": pages.url}, judge=judge)
+
+    async def scenario():
+        async with pool.episode(task, backend) as ep:
+            await ep.reset()
+            await ep.step('exit(message="shipped")')
+            return await ep.evaluate(), ep.trajectory
+
+    reward, trajectory = run(scenario())
+    assert reward is None and trajectory.eval_reward is None
+    assert trajectory.status == "error" and trajectory.metadata["ended_as"] == "exit"
+    assert trajectory.error.startswith(f"evaluation failed: {reason}")
+    assert trajectory.metadata["eval_error"] == trajectory.error.removeprefix("evaluation failed: ")

@@ -21,7 +21,7 @@ import pytest
 from env_helpers import element_id, page_task
 
 from webrl.env.backend import WebArenaBackend
-from webrl.env.episode import EpisodeLimits
+from webrl.env.limits import EpisodeLimits
 
 # Generous limits: on a loaded machine one page script can take seconds, and a timed-out action is not what is tested.
 pytestmark = pytest.mark.timeout(3000)

@@ -249,7 +249,8 @@ def test_a_missing_helper_fails_its_episode_alone_in_a_batch(run, pool, site_map
     assert sorted(t.task.task_id for t in read_trajectories(out)) == sorted(by_id)
     errored = {task_id: t.error for task_id, t in by_id.items() if t.status == "error"}
     assert set(errored) == {"25", "26"}
-    assert errored["25"].startswith("MissingHelperError: task 25: eval.program_html[0].url calls WebArena helper")
+    helper = "evaluation failed: MissingHelperError: task {}: eval.program_html[0].{} calls WebArena helper"
+    assert errored["25"].startswith(helper.format(25, "url")) and errored["26"].startswith(helper.format(26, "locator"))
     assert by_id["26"].metadata["ended_as"] == "exit" and by_id["26"].eval_reward is None
     rewards = {task_id: t.eval_reward for task_id, t in by_id.items() if task_id not in errored}
     assert rewards == {"20": 1.0, "21": 1.0, "22": 1.0, "27": 1.0, "28": 1.0, "29": 1.0, "30": 1.0, "3": 0.0}

@@ -102,9 +102,9 @@ def greedy_reference():
 def reload_from_disk(tmp_path: Path):
     """sync(engine, model, tokenizer): save the model with the loop's `save_model_dir`, then `engine.reload` it.
 
-    `webrl.supervised` is imported only here: it pulls in Lightning and the browser environment.
+    `webrl.training` is imported only here: it pulls in Lightning.
     """
-    from webrl.supervised import save_model_dir
+    from webrl.training import save_model_dir
 
     versions = itertools.count(1)
 

@@ -31,7 +31,7 @@ def run(rank: int, model_dir: str, out_dir: str, port: int) -> None:
     from webrl.inference.engine import SamplingParams
     from webrl.inference.hf import HFEngine
     from webrl.inference.weight_sync import full_state_dict
-    from webrl.supervised import save_model_dir
+    from webrl.training import save_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)

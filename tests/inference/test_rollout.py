@@ -19,7 +19,7 @@ import pytest
 from webrl.data.prompts import actor_prompt_for_step, trajectory_prompts
 from webrl.data.trajectory import read_trajectories
 from webrl.env.browser import BrowserConfig, BrowserPool
-from webrl.env.episode import EpisodeLimits
+from webrl.env.limits import EpisodeLimits
 from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
 from webrl.inference.engine import Completion, SamplingParams
 from webrl.inference.hf import HFEngine

@@ -15,7 +15,7 @@ import pytest
 
 from webrl.data.trajectory import Task, read_trajectories
 from webrl.env.backend import WebArenaBackend
-from webrl.env.episode import EpisodeLimits
+from webrl.env.limits import EpisodeLimits
 from webrl.env.static_server import StaticServer
 from webrl.env.tasks import load_tasks
 from webrl.inference.engine import Completion

@@ -15,8 +15,9 @@ from webrl.env.actions import Action, ActionParseError, parse_action
 from webrl.env.backend import SiteBackend, WebArenaBackend
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.chromium import ChromiumNotFoundError, find_chromium
-from webrl.env.episode import Episode, EpisodeLimits, StepResult
+from webrl.env.episode import Episode, StepResult
 from webrl.env.evaluators import EvalResult, EvaluationError, MissingHelperError, evaluate_task
+from webrl.env.limits import EpisodeLimits
 from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
 from webrl.env.observation import Observation, ObservationConfig, observe
 from webrl.env.scripted_policy import MiniWoBScriptedPolicy, PageElement, page_elements

@@ -27,7 +27,8 @@ from playwright.async_api import async_playwright
 from webrl.data.trajectory import Task
 from webrl.env.backend import SiteBackend
 from webrl.env.chromium import DEFAULT_LAUNCH_ARGS, find_chromium, is_sandbox_failure, sandbox_unavailable_reason
-from webrl.env.episode import Episode, EpisodeLimits
+from webrl.env.episode import Episode
+from webrl.env.limits import EpisodeLimits
 from webrl.env.observation import ObservationConfig
 from webrl.env.outside_proxy import OutsideProxy
 from webrl.env.screenshots import ScreenshotRecorder
@@ -155,7 +156,7 @@ class BrowserPool:
             proxy_settings = proxy.context_proxy(backend.allowed_origins(task))
             context = await self._new_context(proxy_settings, backend.storage_state(task))
             episode = Episode(task, backend, context, limits, observation)
-            proxy.on_blocked = episode.count_blocked
+            proxy.on_blocked = episode.guard.count_blocked
             try:
                 yield episode
             finally:

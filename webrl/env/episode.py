@@ -19,7 +19,6 @@ When the browser or the site fails (not the agent), the trajectory's metadata sa
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,51 +28,14 @@ from playwright.async_api import Error as PlaywrightError
 from webrl.data.trajectory import Step, Task, Trajectory
 from webrl.env.actions import Action, ActionParseError, parse_action
 from webrl.env.backend import SiteBackend
-from webrl.env.evaluators import EvalResult, EvaluationError
+from webrl.env.evaluators import EvalResult
 from webrl.env.executor import NAVIGATION_FLAG_JS, NO_EARLIER_PAGE, PageGoneError, execute_action
+from webrl.env.limits import EpisodeLimits, LimitTracker
 from webrl.env.observation import Observation, ObservationConfig, observe
+from webrl.env.site_guard import SiteGuard
 
 # Errors that mean "the browser side failed", as opposed to bugs in webrl or a backend.
 _BROWSER_ERRORS = (PlaywrightError, PageGoneError, asyncio.TimeoutError, OSError)
-_KEPT_BLOCKED_URLS = 20
-
-
-def outside_origins(origins: set[str] | list[str]) -> re.Pattern:
-    """A URL pattern matching every http(s)/ws URL whose origin is NOT one of `origins`.
-
-    Routing only these keeps allowed traffic off the Python side entirely: Playwright matches the
-    pattern in its driver, so a page's own scripts and styles load without a round trip per request.
-    """
-    allowed = "|".join(re.escape(origin) for origin in sorted(origins))
-    return re.compile(rf"^(?!(?:{allowed})(?:[/?#]|$))")
-
-
-@dataclass
-class EpisodeLimits:
-    """When an episode stops, and how long any part of it may take."""
-
-    max_steps: int = 30
-    """Steps (agent turns) before the episode ends with status "max_steps"."""
-    max_repeated_actions: int = 5
-    """Identical consecutive actions (comments ignored) that end it with "repeated_action"."""
-    max_parse_failures: int = 5
-    """Consecutive unparsable responses that end it with "parse_failures"."""
-    action_timeout_s: float = 10.0
-    """Limit for one action and for one observation."""
-    reset_timeout_s: float = 30.0
-    """Limit for opening the start page (and for any page load)."""
-    episode_timeout_s: float = 300.0
-    """Wall-clock limit from reset; a step after it ends the episode with "timeout"."""
-    wait_action_s: float = 1.0
-    """How long the Wait action waits."""
-
-    def __post_init__(self) -> None:
-        for name in ("max_steps", "max_repeated_actions", "max_parse_failures"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"EpisodeLimits.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("action_timeout_s", "reset_timeout_s", "episode_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"EpisodeLimits.{name} must be > 0, got {getattr(self, name)}")
 
 
 @dataclass
@@ -105,18 +67,12 @@ class Episode:
         self.limits = limits or EpisodeLimits()
         self.observation_config = observation or ObservationConfig()
         self.trajectory = Trajectory(task=self.task)
-        self.trajectory.metadata["blocked_requests"] = 0
+        self.guard = SiteGuard(backend.allowed_origins(self.task), self.trajectory.metadata)
         self.page: Any = None
         self._opened: list[Any] = []
         self._history_tabs: list[Any] = []
-        self._blocked_now: list[str] = []
-        self._allowed = set(backend.allowed_origins(self.task))
-        self._outside = outside_origins(self._allowed)
         self._observation = Observation.empty()
-        self._started = 0.0
-        self._repeats = 0
-        self._last_key: tuple | None = None
-        self._parse_failures = 0
+        self._tracker = LimitTracker(self.limits)
 
     @property
     def done(self) -> bool:
@@ -127,49 +83,12 @@ class Episode:
         """The latest observation (the one the agent acts on next)."""
         return self._observation
 
-    def count_blocked(self, url: str) -> None:
-        """Record a request the pool's OutsideProxy refused: a redirect hop or a tunnel, most often the page leaving."""
-        self._record_blocked(url, tell=True)
-
-    def _record_blocked(self, url: str, tell: bool) -> None:
-        """Count a refused request; `tell` also puts it in the agent's next observation."""
-        if tell:
-            self._blocked_now.append(url)
-        metadata = self.trajectory.metadata
-        metadata["blocked_requests"] += 1
-        if len(metadata.setdefault("blocked_urls", [])) < _KEPT_BLOCKED_URLS:
-            metadata["blocked_urls"].append(url[:200])
-
-    async def _block(self, route: Any) -> None:
-        """Refuse and count a request outside the task's origins (only those reach this handler).
-
-        A navigation is answered 204 No Content, so that it does not happen and the page stays on
-        the site; aborting it would replace the page with an error page. Anything else is aborted.
-        """
-        navigation = route.request.is_navigation_request()
-        self._record_blocked(route.request.url, tell=navigation)
-        try:
-            if navigation:
-                await route.fulfill(status=204)
-            else:
-                await route.abort("blockedbyclient")
-        except PlaywrightError:
-            return  # the context closed under the request; nothing left to protect
-
-    async def _block_socket(self, socket: Any) -> None:
-        """Refuse a WebSocket to an outside origin: it is never connected to its server."""
-        self.count_blocked(socket.url)
-        try:
-            await socket.close(code=1008, reason="blocked: outside the task's sites")
-        except PlaywrightError:
-            return
-
     def _end(self, status: str, error: str | None = None) -> None:
         self.trajectory.status = status
         self.trajectory.error = error
         self.trajectory.final_url = self._observation.url
         self.trajectory.final_observation = self._observation.html
-        self.trajectory.metadata["duration_s"] = round(time.monotonic() - self._started, 3)
+        self.trajectory.metadata["duration_s"] = round(self._tracker.elapsed_s, 3)
 
     async def _observe(self) -> Observation:
         self._observation = await asyncio.wait_for(
@@ -185,12 +104,10 @@ class Episode:
         """
         if self.page is not None or self.done:
             raise RuntimeError(f"episode for task {self.task.task_id} was already reset")
-        self._started = time.monotonic()
+        self._tracker.start()
         try:
             await self.context.add_init_script(NAVIGATION_FLAG_JS)
-            await self.context.route(outside_origins(self._allowed), self._block)
-            sockets = {o.replace("http", "ws", 1) for o in self._allowed if o.startswith("http")}
-            await self.context.route_web_socket(outside_origins(sockets), self._block_socket)
+            await self.guard.install(self.context)
             await self.backend.setup_context(self.context, self.task)
             self.page = await self.context.new_page()
             self._set_timeouts(self.page)
@@ -227,9 +144,9 @@ class Episode:
             self._opened.clear()
             self._set_timeouts(tab)
             await tab.wait_for_load_state("domcontentloaded")
-            if not self._on_site(tab.url):
+            if not self.guard.on_site(tab.url):
                 await tab.close()
-                if not self._blocked_now:
+                if not self.guard.refused_a_navigation:
                     return error or f"the new tab's page ({tab.url[:100]}) is outside the task's sites; it was closed"
                 return error
             self._history_tabs.append(self.page)
@@ -239,28 +156,13 @@ class Episode:
             await self.page.close()
             self.page = self._history_tabs.pop()
             return None
-        if self._left_the_site(self.page.url):
+        if self.guard.left_the_site(self.page.url):
             # A navigation refused on its way out (an https redirect hop) leaves an error page: go back.
             left = self.page.url
             await self.page.go_back(wait_until="domcontentloaded")
-            if not self._blocked_now:
+            if not self.guard.refused_a_navigation:
                 return error or f"the page left the task's sites ({left[:100]}); went back"
         return error
-
-    def _blocked_notice(self) -> str | None:
-        """What the agent is told about navigations the allowlist refused during this step, if any."""
-        if not self._blocked_now:
-            return None
-        urls = list(dict.fromkeys(f"https:{url}" if url.startswith("//") else url for url in self._blocked_now))
-        self._blocked_now.clear()
-        return "\n".join(f"blocked: {url[:200]} is outside this task's sites" for url in urls[:3])
-
-    def _on_site(self, url: str) -> bool:
-        return url.startswith(("http:", "https:")) and not self._outside.search(url)
-
-    def _left_the_site(self, url: str) -> bool:
-        """An error page, or a page outside the task's sites (about:blank and the like are neither)."""
-        return url.startswith("chrome-error:") or (url.startswith(("http:", "https:")) and not self._on_site(url))
 
     async def step(self, response: str, prompt: str = "") -> StepResult:
         """Parse `response`, act, observe, record the step; return what the agent sees next."""
@@ -269,46 +171,71 @@ class Episode:
         if self.done:
             raise RuntimeError(f"episode for task {self.task.task_id} already ended ({self.trajectory.status})")
         before = self._observation
-        action: Action | None = None
-        error: str | None = None
-        ended: tuple[str, str | None] | None = None
         timings = {"act": 0.0, "observe": 0.0}
+        action, error = await self._parse(response)
+        ended = self._ends_without_acting(action)
+        if ended is None:
+            error, ended = await self._act_and_observe(action, error, timings)
+        self._record_step(before, prompt, response, action, error, timings)
+        ended = ended or self._tracker.reached(len(self.trajectory.steps))
+        if ended:
+            self._end(*ended)
+        return StepResult(self._observation, action, error, self.done, self.trajectory.status)
+
+    async def _parse(self, response: str) -> tuple[Action | None, str | None]:
+        """The response's action (or the parse error), counted towards the repeat and parse-failure limits."""
+        action, error = None, None
         try:
             # Off the event loop: a degenerate response takes milliseconds (bench/parser.py), and the
             # other episodes sharing the loop must not wait on it.
             action = await asyncio.to_thread(parse_action, response)
-            self._parse_failures = 0
-            self._repeats = self._repeats + 1 if action.key() == self._last_key else 1
-            self._last_key = action.key()
         except ActionParseError as err:
             error = f"invalid action: {err}"
-            self._parse_failures += 1
-            self._repeats, self._last_key = 0, None
+        self._tracker.count(action)
+        return action, error
+
+    def _ends_without_acting(self, action: Action | None) -> tuple[str, str | None] | None:
+        """The agent's exit (its message is the answer), or the episode's time running out, before any action."""
         if action is not None and action.name == "exit":
             self.trajectory.answer = action.message
-            ended = ("exit", None)
-        elif time.monotonic() - self._started > self.limits.episode_timeout_s:
-            ended = ("timeout", f"episode exceeded {self.limits.episode_timeout_s:g}s")
-        else:
-            try:
-                start = time.perf_counter()
-                if action is not None:
-                    error = await self._act(action)
-                timings["act"] = time.perf_counter() - start
-                start = time.perf_counter()
-                await self._observe()
-                timings["observe"] = time.perf_counter() - start
-                notice = self._blocked_notice()
-                if notice:
-                    # In the observation itself, since that is what the agent reads next turn.
-                    observed = self._observation
-                    self._observation = Observation(f"{notice}\n{observed.html}", observed.url, observed.title)
-                    error = error or notice
-                if action is not None and await self.backend.episode_done(self.page, self.task):
-                    ended = ("site_done", None)
-            except _BROWSER_ERRORS as err:
-                self.trajectory.metadata["infra_error"] = True
-                ended = ("error", f"browser failed during step {len(self.trajectory.steps)}: {_describe(err)}")
+            return "exit", None
+        return self._tracker.out_of_time()
+
+    async def _act_and_observe(
+        self, action: Action | None, error: str | None, timings: dict[str, float]
+    ) -> tuple[str | None, tuple[str, str | None] | None]:
+        """Run `action` (None: a response that did not parse), observe the page: the step's error and any ending."""
+        try:
+            start = time.perf_counter()
+            if action is not None:
+                error = await self._act(action)
+            timings["act"] = time.perf_counter() - start
+            start = time.perf_counter()
+            await self._observe()
+            timings["observe"] = time.perf_counter() - start
+            notice = self.guard.notice()
+            if notice:
+                # In the observation itself, since that is what the agent reads next turn.
+                observed = self._observation
+                self._observation = Observation(f"{notice}\n{observed.html}", observed.url, observed.title)
+                error = error or notice
+            if action is not None and await self.backend.episode_done(self.page, self.task):
+                return error, ("site_done", None)
+        except _BROWSER_ERRORS as err:
+            self.trajectory.metadata["infra_error"] = True
+            return error, ("error", f"browser failed during step {len(self.trajectory.steps)}: {_describe(err)}")
+        return error, None
+
+    def _record_step(
+        self,
+        before: Observation,
+        prompt: str,
+        response: str,
+        action: Action | None,
+        error: str | None,
+        timings: dict[str, float],
+    ) -> None:
+        """Append the step, with the observation and URL from before the action, as training needs."""
         self.trajectory.steps.append(
             Step(
                 index=len(self.trajectory.steps),
@@ -321,30 +248,14 @@ class Episode:
                 timings={k: round(v, 4) for k, v in timings.items()},
             )
         )
-        ended = ended or self._limit_reached()
-        if ended:
-            self._end(*ended)
-        return StepResult(self._observation, action, error, self.done, self.trajectory.status)
-
-    def _limit_reached(self) -> tuple[str, str | None] | None:
-        limits = self.limits
-        if self._parse_failures >= limits.max_parse_failures:
-            return "parse_failures", f"{self._parse_failures} consecutive responses did not parse"
-        if self._repeats >= limits.max_repeated_actions:
-            return "repeated_action", f"the same action {self._repeats} times in a row"
-        if len(self.trajectory.steps) >= limits.max_steps:
-            return "max_steps", None
-        if time.monotonic() - self._started > limits.episode_timeout_s:
-            return "timeout", f"episode exceeded {limits.episode_timeout_s:g}s"
-        return None
 
     async def evaluate(self) -> float | None:
         """Score the final state with the backend; sets and returns `trajectory.eval_reward`.
 
         None when the task has no programmatic evaluator, when a fuzzy_match has no judge (the
-        ORM decides then), or when the browser is gone; the reason goes into the metadata. A task
-        whose evaluator cannot run here (`EvaluationError`, e.g. a WebArena `func:` helper webrl
-        lacks) marks this episode "error" with that message, and only this one.
+        ORM decides then), or when the browser is gone; the reason goes into the metadata. An
+        evaluator that fails (an `EvaluationError` such as a WebArena `func:` helper webrl lacks, or
+        any other exception) marks this episode "error", and only this one: see `_evaluation_failed`.
         """
         if self.page is None or self.page.is_closed():
             self.trajectory.metadata["eval_error"] = "no live page to evaluate"
@@ -357,10 +268,8 @@ class Episode:
         except _BROWSER_ERRORS as err:
             self.trajectory.metadata["eval_error"] = _describe(err)
             return None
-        except EvaluationError as err:
-            self.trajectory.metadata["eval_error"] = f"{type(err).__name__}: {err}"
-            self.trajectory.metadata["ended_as"] = self.trajectory.status
-            self.trajectory.status, self.trajectory.error = "error", f"{type(err).__name__}: {err}"
+        except Exception as err:  # noqa: BLE001 - one task's evaluator must not stop the other episodes
+            self._evaluation_failed(err)
             return None
         if isinstance(result, EvalResult):
             self.trajectory.metadata["eval"] = {
@@ -371,6 +280,14 @@ class Episode:
             result = None if result.needs_judge else result.score
         self.trajectory.eval_reward = result
         return result
+
+    def _evaluation_failed(self, err: Exception) -> None:
+        """End as "error" with a message naming the exception; the status the agent ended with stays as `ended_as`."""
+        reason = f"{type(err).__name__}: {err}"
+        metadata = self.trajectory.metadata
+        metadata["eval_error"] = reason
+        metadata["ended_as"] = self.trajectory.status
+        self.trajectory.status, self.trajectory.error = "error", f"evaluation failed: {reason}"
 
     async def close(self) -> None:
         """Close the episode's browser context; safe to call twice and after the browser died."""

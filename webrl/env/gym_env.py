@@ -46,8 +46,9 @@ from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.trajectory import Task, Trajectory
 from webrl.env.backend import WebArenaBackend
 from webrl.env.browser import BrowserConfig, BrowserPool
-from webrl.env.episode import Episode, EpisodeLimits
+from webrl.env.episode import Episode
 from webrl.env.evaluators import Judge
+from webrl.env.limits import EpisodeLimits
 from webrl.env.miniwob import MiniWoBBackend, available_tasks, miniwob_tasks
 from webrl.env.observation import ObservationConfig
 from webrl.env.sites import EmbeddedSites, EmbeddedSitesBackend, load_suite
@@ -192,7 +193,7 @@ class WebEnv(gymnasium.Env[str, str]):
         reward = 0.0
         info = self._info(result.action.to_dict() if result.action else None, result.error)
         if result.done:
-            reward = float(self._loop.run(self._evaluate()) or 0.0)
+            reward = float(self._loop.run(episode.evaluate()) or 0.0)
             info.update(status=episode.trajectory.status, eval_reward=episode.trajectory.eval_reward)
             info["trajectory"] = episode.trajectory
             info["prompt"] = None  # no next step
@@ -293,16 +294,6 @@ class WebEnv(gymnasium.Env[str, str]):
             self._pool.episode(task, self._backend, self.limits, self.observation_config)
         )
         await self._episode.reset()
-
-    async def _evaluate(self) -> float | None:
-        """The evaluator's score; one that fails marks the episode "error", as rollouts do."""
-        trajectory = self._episode.trajectory
-        try:
-            return await self._episode.evaluate()
-        except Exception as err:  # noqa: BLE001 - a task's evaluator must not take the env down
-            trajectory.metadata["ended_as"] = trajectory.status
-            trajectory.status, trajectory.error = "error", f"evaluation failed: {type(err).__name__}: {err}"
-            return None
 
     async def _close_episode(self) -> None:
         stack, self._episode_stack = self._episode_stack, None

@@ -5,7 +5,7 @@ python -m webrl.inference demos --split train --out runs/demos # reference-solve
 
 Both drive the policy through the rollout driver (`collect_rollouts`) with the library's default
 observation budget, episode limits and completion-form prompts; the SFT demonstrations of a run come
-from `webrl.supervised.collect_demonstrations`, which uses the run's. They live here, not with the
+from `webrl.starting_models.collect_demonstrations`, which uses the run's. They live here, not with the
 sites' own command line (`python -m webrl.env.sites`), because the environment does not import engines.
 """
 

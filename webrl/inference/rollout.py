@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,8 @@ from tqdm.auto import tqdm
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.trajectory import Step, Task, Trajectory, TrajectoryWriter
 from webrl.env.browser import BrowserConfig, BrowserPool
-from webrl.env.episode import Episode, EpisodeLimits
+from webrl.env.episode import Episode
+from webrl.env.limits import EpisodeLimits
 from webrl.env.observation import ObservationConfig
 from webrl.inference.engine import Completion, InferenceEngine, SamplingParams
 from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics
@@ -188,7 +189,7 @@ class _Rollout:
                 self._end(episode, "error", f"{type(err).__name__}: {err}")
             if episode.trajectory.status != "error":
                 with self.clock.browser():
-                    await self._evaluate(episode)
+                    await episode.evaluate()  # an evaluator that fails marks this episode "error" alone
             with self.clock.browser():
                 await episode.close()
         trajectory = episode.trajectory
@@ -225,16 +226,6 @@ class _Rollout:
         if recorder is None or episode.trajectory.status in ("exit", "error") or not recorder.wants(episode.task):
             return
         await recorder.capture(episode.page, episode.trajectory)
-
-    @staticmethod
-    async def _evaluate(episode: Episode) -> None:
-        """Score the episode; an evaluator that fails marks this episode "error" and spares the batch."""
-        try:
-            await episode.evaluate()
-        except Exception as err:  # noqa: BLE001 - one task's evaluator must not stop the others
-            trajectory = episode.trajectory
-            trajectory.metadata["ended_as"] = trajectory.status
-            trajectory.status, trajectory.error = "error", f"evaluation failed: {type(err).__name__}: {err}"
 
     @staticmethod
     def _end(episode: Episode, status: str, error: str) -> None:
@@ -295,21 +286,28 @@ async def collect_rollouts(
         bar.set_postfix(success=f"{sum(t.succeeded for t in finished)}/{len(finished)}")
         return trajectory
 
-    batch_loop = asyncio.create_task(batcher.run())
-    episodes = asyncio.gather(*(one(task) for task in tasks))
     try:
-        done, _ = await asyncio.wait({batch_loop, episodes}, return_when=asyncio.FIRST_COMPLETED)
-        if batch_loop in done:
-            episodes.cancel()
-            batch_loop.result()
-        trajectories = list(await episodes)
+        trajectories = await _beside_the_batcher(batcher, [one(task) for task in tasks])
     finally:
-        batch_loop.cancel()
         bar.close()
         if own_writer and sink is not None:
             sink.close()
     metrics = rollout_metrics(trajectories, clock, run.step_latencies, batcher.generated_tokens)
     return RolloutResult(trajectories, metrics)
+
+
+async def _beside_the_batcher(batcher: _Batcher, episodes: list[Coroutine[Any, Any, Trajectory]]) -> list[Trajectory]:
+    """Run `episodes` while `batcher` answers their prompts; a batcher that fails (the engine is down) cancels them."""
+    batch_loop = asyncio.create_task(batcher.run())
+    gathered = asyncio.gather(*episodes)
+    try:
+        done, _ = await asyncio.wait({batch_loop, gathered}, return_when=asyncio.FIRST_COMPLETED)
+        if batch_loop in done:
+            gathered.cancel()
+            batch_loop.result()
+        return list(await gathered)
+    finally:
+        batch_loop.cancel()
 
 
 def collect_rollouts_sync(

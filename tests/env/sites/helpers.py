@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.trajectory import Task, Trajectory
-from webrl.env.episode import EpisodeLimits
+from webrl.env.limits import EpisodeLimits
 from webrl.env.sites import respond
 from webrl.env.sites.templates import plan_for, template_of
 from webrl.env.sites.templates.base import base_view

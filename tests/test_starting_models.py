@@ -1,4 +1,4 @@
-"""The supervised stages' caches: their keys, when a directory counts as built, and what each reads back.
+"""The starting models' caches: their keys, when a directory counts as built, and what each reads back.
 
 No model is trained here: the caches are filled by hand (a demonstrations file with its `.done`
 marker, a directory with its done marker) or by the tiny model factory at its smallest shape, and
@@ -20,8 +20,7 @@ from webrl.data.atomic_io import write_text_atomic
 from webrl.data.prompts import trajectory_orm_prompt
 from webrl.data.trajectory import write_trajectories
 from webrl.loop_config import WebRLConfig
-from webrl.supervised import (
-    DONE_MARKER,
+from webrl.starting_models import (
     base_model_dir,
     cache_key,
     collect_demonstrations,
@@ -29,12 +28,12 @@ from webrl.supervised import (
     demonstrations_path,
     ensure_orm,
     ensure_sft,
-    is_built,
     orm_dir,
     orm_training_pairs,
     sft_dir,
     suite_fingerprint,
 )
+from webrl.training import DONE_MARKER, is_built
 
 EXTERNAL = "/suites/webarena"
 TINY = ["model.tiny_hidden_size=64", "model.tiny_layers=1", "model.tiny_vocab_size=300"]

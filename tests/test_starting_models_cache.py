@@ -1,11 +1,11 @@
-"""The supervised stages' cache keys: a setting that changes the trained weights must change the directory."""
+"""The starting models' cache keys: a setting that changes the trained weights must change the directory."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from webrl.loop_config import WebRLConfig
-from webrl.supervised import sft_dir
+from webrl.starting_models import sft_dir
 
 
 def _sft_dir(**changes) -> Path:

@@ -1,4 +1,4 @@
-"""The supervised stages before RL: demonstrations, the starting model, SFT, and the ORM.
+"""The models RL starts from, each built once and cached: demonstrations, the base model, the SFT actor, the ORM.
 
 WebRL starts from an SFT actor and needs an ORM to label rollouts (docs/method.md §2.1, §5). The
 paper's SFT data and ORM data were never released; here the project makes both itself: the
@@ -22,7 +22,7 @@ from typing import Any
 
 from lightning.fabric import Fabric
 
-from webrl.data.atomic_io import publish_dir, write_json_atomic, write_text_atomic
+from webrl.data.atomic_io import write_text_atomic
 from webrl.data.datamodule import ReplayDataModule
 from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
 from webrl.data.trajectory import Trajectory, is_full_score, is_success, read_trajectories, write_trajectories
@@ -30,10 +30,8 @@ from webrl.loop_config import WebRLConfig
 from webrl.modules.orm import OutcomeRewardModule
 from webrl.modules.sft import SFTModule
 from webrl.orm_data import ORMDataBuilder, format_counts
-from webrl.training import StageSettings, setup_for_training, train_module
+from webrl.training import StageSettings, is_built, publish_model_dir, save_model_dir, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
-
-DONE_MARKER = "webrl_done.json"
 
 log = logging.getLogger(__name__)
 
@@ -42,37 +40,6 @@ def cache_key(*parts: Any) -> str:
     """A short stable hash of JSON-able parts (dataclasses included)."""
     plain = [dataclasses.asdict(p) if dataclasses.is_dataclass(p) else p for p in parts]
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def is_built(path: Path) -> bool:
-    return (path / DONE_MARKER).exists()
-
-
-def _publish(tmp: Path, target: Path, info: dict[str, Any]) -> Path:
-    """Mark `tmp` complete and move it to `target` in one rename (files fsynced): a half-built dir is never used."""
-    write_json_atomic(tmp / DONE_MARKER, info)
-    return publish_dir(tmp, target)
-
-
-def save_model_dir(fabric: Fabric, model: Any, tokenizer: Any, target: Path, info: dict[str, Any]) -> Path:
-    """Write `model` as an HF model directory at `target`, atomically, under any strategy.
-
-    The full weights are gathered first, a collective under FSDP/FSDP2 that every rank joins; a
-    rank-0-only `save_pretrained` of sharded weights would start a gather the other ranks never
-    join and pair it with their next barrier instead.
-    """
-    from webrl.inference.weight_sync import full_state_dict
-
-    state = full_state_dict(model)
-    if fabric.is_global_zero:
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA: merged into base names
-        base.save_pretrained(tmp, state_dict=state)
-        tokenizer.save_pretrained(tmp)
-        _publish(tmp, target, info)
-    fabric.barrier()
-    return target
 
 
 def collect_demonstrations(
@@ -217,7 +184,7 @@ def base_model_dir(config: WebRLConfig, demonstrations: list[Trajectory]) -> Pat
         num_heads=max(1, model.tiny_hidden_size // 64),
         seed=config.seed,
     )
-    return _publish(tmp, target, {"shape": shape})
+    return publish_model_dir(tmp, target, {"shape": shape})
 
 
 def sft_dir(config: WebRLConfig, base: Path, demos_path: Path) -> Path:
