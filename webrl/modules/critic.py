@@ -27,7 +27,7 @@ from peft import PeftModel
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from webrl.modules.base import WebRLModule
+from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.lm import (
     LoraSettings,
     apply_lora,
@@ -84,6 +84,7 @@ class CriticModule(WebRLModule):
         lora: LoraSettings | None = None,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
+        self.save_init_arguments(require_model(model, "CriticModule"))
         if isinstance(model, (str, os.PathLike)):
             model, tokenizer = load_model_and_tokenizer(Path(model), lora=lora)
         elif lora is not None:
