@@ -77,7 +77,7 @@ def _sources(default_file: str | Path | None, environment: Mapping[str, str]) ->
     sources = ["dataclass defaults"]
     if default_file:
         sources.append(Path(default_file).name)
-    sources.append("--config FILE ...")
+    sources.append("--config FILE|NAME ...")
     if environment:
         sources.append(" ".join(f"${variable}" for variable in environment))
     return [*sources, "key=value"]
