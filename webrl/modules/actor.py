@@ -6,7 +6,8 @@ paper or release form by `ActorLossConfig`). π_ref is the actor as it was when 
 outside the module's submodules by default: the state dict and the parameter count are the
 policy's alone, `.to()` still moves the copy, and a module loaded from a checkpoint takes the
 loaded policy as π_ref. `register_reference=True` registers the copy instead, so that a sharding
-strategy shards it and a checkpoint carries it (a mid-phase resume then restores π_ref exactly). With LoRA no
+strategy shards it and a checkpoint carries it (a mid-phase resume then restores π_ref exactly);
+that is the default where torch.distributed is initialised (the phase loop under DDP or FSDP). With LoRA no
 copy is made: the reference is the same network with its adapters disabled, and
 `reset_reference()` folds the adapters' current update into the frozen base weights and zeroes
 them, so "adapters off" is exactly the start-of-phase actor.
@@ -67,7 +68,7 @@ class ActorModule(WebRLModule):
         weight_decay: float = 0.0,
         lora: LoraSettings | None = None,
         critic: CriticModule | None = None,
-        register_reference: bool = False,
+        register_reference: bool | None = None,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
         self.save_init_arguments(require_model(model, "ActorModule"))
@@ -82,7 +83,9 @@ class ActorModule(WebRLModule):
         self.loss_config = loss or ActorLossConfig()
         self.advantage_config = advantage or AdvantageConfig()
         self.reference: torch.nn.Module | None = None
-        self.register_reference = register_reference
+        if register_reference is None:  # a launched strategy shards or syncs the copy like the policy
+            register_reference = torch.distributed.is_available() and torch.distributed.is_initialized()
+        self.register_reference = self.hparams["register_reference"] = register_reference
         self.attach_critic(critic)
         self.reset_reference()
         self.register_load_state_dict_post_hook(_reference_from_loaded_policy)
