@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+RUN_TIMEOUT = 1800
+"""Seconds a command may take: minutes on an idle machine, far longer on a loaded one (the recipes import Lightning)."""
 BUILD_IGNORES = (".git", ".venv", "build", "dist", "*.egg-info", "runs", "outputs", "wandb", ".cache", "__pycache__")
 
 
@@ -32,14 +34,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run(
         [*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
         check=True,
-        timeout=300,
+        timeout=RUN_TIMEOUT,
     )
     (wheel,) = dist.glob("webrl-*.whl")
     site = tmp_path_factory.mktemp("site")
     subprocess.run(
         [*pip, "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
         check=True,
-        timeout=300,
+        timeout=RUN_TIMEOUT,
     )
     return site
 
@@ -47,7 +49,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_outside(installed: Path, folder: Path, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(installed), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     done = subprocess.run(
-        [sys.executable, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False
+        [sys.executable, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
