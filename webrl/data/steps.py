@@ -133,18 +133,7 @@ def trajectory_to_samples(
     returns = mc_returns(rewards, gamma)
     intent = trajectory.task.intent
     responses = [step.response for step in steps]
-    final_prompt = trajectory.metadata.get(FINAL_PROMPT_KEY)
-    if steps and not final_prompt:
-        if prompt_builder is None:
-            final_prompt = build_actor_prompt(
-                intent,
-                responses,
-                steps[-1].observation,
-                max_chars=max_chars,
-                chat_template_tokenizer=chat_template_tokenizer,
-            )
-        else:
-            final_prompt = prompt_builder(intent, responses, steps[-1].observation)
+    final_prompt = _final_prompt(trajectory, prompt_builder, max_chars, chat_template_tokenizer)
     samples = []
     for i, step in enumerate(steps):
         history = responses[:i]
@@ -172,6 +161,25 @@ def trajectory_to_samples(
             )
         )
     return samples
+
+
+def _final_prompt(
+    trajectory: Trajectory, prompt_builder: PromptBuilder | None, max_chars: int, chat_template_tokenizer: Any
+) -> str:
+    """The last step's s': the recorded final prompt, else the given builder's, else WebRL's actor prompt."""
+    recorded = trajectory.metadata.get(FINAL_PROMPT_KEY)
+    if recorded or not trajectory.steps:
+        return recorded or ""
+    intent, responses, page = (
+        trajectory.task.intent,
+        [s.response for s in trajectory.steps],
+        trajectory.steps[-1].observation,
+    )
+    if prompt_builder is not None:
+        return prompt_builder(intent, responses, page)
+    return build_actor_prompt(
+        intent, responses, page, max_chars=max_chars, chat_template_tokenizer=chat_template_tokenizer
+    )
 
 
 def write_samples(path: str | os.PathLike, samples: Iterable[StepSample]) -> None:
