@@ -1,7 +1,7 @@
 """The learning table in one command: SFT, WebRL, Filtered BC and the ablations, run or reused, then compared.
 
     python -m recipes.compare                                              # embedded default (webrl_tiny.yaml)
-    python -m recipes.compare --config recipes/configs/webrl_smollm2.yaml --output-root runs/compare_smollm2
+    python -m recipes.compare --config webrl_smollm2 --output-root runs/compare_smollm2
     python -m recipes.compare --methods sft,webrl,no_kl phases=1 env.test_tasks=20
     python -m recipes.compare --reuse-only                                 # only the table, from what exists
 
@@ -88,7 +88,7 @@ def parse_arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--output-root", type=Path, default=Path("runs/compare"), help="one run directory per method")
     parser.add_argument("--methods", default="", help="comma-separated subset of the methods (default: all)")
     parser.add_argument("--reuse-only", action="store_true", help="run nothing; table the finished evaluations")
-    parser.add_argument("--config", action="append", default=[], help="common config file (repeatable, in order)")
+    parser.add_argument("--config", action="append", default=[], help="common config file or name (repeatable)")
     known, overrides = parser.parse_known_args(argv)
     unknown = [item for item in overrides if item.startswith("-") or "=" not in item]
     if unknown:

@@ -5,7 +5,7 @@ whose ORM score reaches the 70th percentile are kept, the SFT demonstrations are
 SFT actor is trained further on them. Run the WebRL recipe first (it writes the rollouts):
 
     python -m recipes.webrl
-    python -m recipes.filtered_bc --config recipes/configs/baseline_filtered_bc.yaml
+    python -m recipes.filtered_bc --config baseline_filtered_bc
 
 It prints SFT, Filtered BC and every finished WebRL phase side by side on the held-out tasks, and
 writes `<output_dir>/filtered_bc.json`.

@@ -1,7 +1,7 @@
 """Train the outcome reward model on evaluator-labelled trajectories of several policies, then measure it.
 
     python -m recipes.orm                                   # embedded default (tiny model, CPU)
-    python -m recipes.orm --config recipes/configs/webrl_smollm2.yaml
+    python -m recipes.orm --config webrl_smollm2
     python -m recipes.orm orm.data.solver_noise=[0.2,0.6] orm.data.positive_fraction=0.4
 
 The training set (`orm.data`, see `webrl.orm_data`) mixes the SFT actor's rollouts, the demonstrations,

@@ -1,7 +1,7 @@
 """SFT baseline: demonstrations from the reference solver, then behaviour cloning; evaluated on the test split.
 
     python -m recipes.sft                                    # embedded default (tiny model, CPU)
-    python -m recipes.sft --config recipes/configs/webrl_smollm2.yaml
+    python -m recipes.sft --config webrl_smollm2
 
 The checkpoint is cached under model.cache_dir and reused by `python -m recipes.webrl`.
 """

@@ -9,9 +9,9 @@ Other configs and overrides (YAML then key=value; `--help` lists every key with 
 `--print-config` prints the resolved config as YAML; W&B's WANDB_MODE, WANDB_PROJECT, WANDB_ENTITY
 and WANDB_DIR override the files, and key=value overrides them):
 
-    python -m recipes.webrl --config recipes/configs/webrl_smollm2.yaml phases=2 rollout.concurrency=4
+    python -m recipes.webrl --config webrl_smollm2 phases=2 rollout.concurrency=4
     python -m recipes.webrl fabric.strategy=ddp fabric.devices=2            # 2 processes (gloo on CPU)
-    python -m recipes.webrl --config recipes/configs/webrl_llama8b_webarena.yaml   # GPUs, WebArena-Lite
+    python -m recipes.webrl --config webrl_llama8b_webarena   # GPUs, WebArena-Lite
 
 Rerunning the same command resumes from `output_dir` after a crash or a kill. The directory keeps the
 config it was started with (`config.json`): relaunching it with settings that change results stops and

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib.util
 import inspect
 import os
 import sys
@@ -34,7 +35,7 @@ def load_config(
     usage: str = "",
     help_keys: Sequence[str] = (),
 ) -> T:
-    """Build a `schema` instance from `[--config FILE ...] [key=value ...]`, checked before it is returned.
+    """Build a `schema` instance from `[--config FILE|NAME ...] [key=value ...]`, checked before it is returned.
 
     Precedence: dataclass defaults < `default_file` < each `--config FILE` in order (a method's file can
     go over a model's, e.g. an ablation over webrl_smollm2.yaml) < the environment variables that
@@ -76,20 +77,53 @@ def _sources(default_file: str | Path | None, environment: Mapping[str, str]) ->
     sources = ["dataclass defaults"]
     if default_file:
         sources.append(Path(default_file).name)
-    sources.append("--config FILE ...")
+    sources.append("--config FILE|NAME ...")
     if environment:
         sources.append(" ".join(f"${variable}" for variable in environment))
     return [*sources, "key=value"]
 
 
+PACKAGED_CONFIGS = ("recipes", "configs")
+"""Where the packaged configs live: the `configs` folder of the installed `recipes` package (wheel or checkout)."""
+
+
+def packaged_config_dir() -> Path | None:
+    """The folder of the packaged configs, found without importing the recipes; None where it is not installed."""
+    spec = importlib.util.find_spec(PACKAGED_CONFIGS[0])
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        folder = Path(location) / PACKAGED_CONFIGS[1]
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def resolve_config_file(name: str | Path) -> Path:
+    """A `--config` argument as a file: an existing path as given, else a packaged config by name.
+
+    `webrl_smollm2` and `webrl_smollm2.yaml` both name `recipes/configs/webrl_smollm2.yaml` of the installed
+    package, so a command works from any folder; a path that exists wins over a packaged name.
+    """
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    folder = packaged_config_dir()
+    if folder is not None and path.parent == Path("."):
+        packaged = folder / f"{path.name.removesuffix('.yaml')}.yaml"
+        if packaged.is_file():
+            return packaged
+    names = ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))) if folder is not None else "none installed"
+    raise ConfigError(f"config file not found: {name} (neither a file nor a packaged config: {names})")
+
+
 def _merge_files(merged: DictConfig, paths: Sequence[str | Path | None]) -> DictConfig:
-    """`merged` with each YAML file of `paths` merged over it, in order; bad files are one-line errors."""
+    """`merged` with each YAML file of `paths` merged over it, in order; bad files are one-line errors.
+
+    Each entry is a path or a packaged config's name (`resolve_config_file`).
+    """
     for path in paths:
         if path is None:
             continue
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
+        path = resolve_config_file(path)
         try:
             loaded = OmegaConf.load(path)
         except yaml.YAMLError as err:

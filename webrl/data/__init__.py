@@ -25,9 +25,24 @@ _EXPORTS = {
         ),
         "webrl.data.trajectory",
     ),
-    **dict.fromkeys(("actor_prompt_for_step", "build_actor_prompt", "build_orm_prompt"), "webrl.data.prompts"),
     **dict.fromkeys(
-        ("StepSample", "mc_returns", "read_samples", "trajectory_to_samples", "write_samples"), "webrl.data.steps"
+        (
+            "actor_prompt_for_step",
+            "build_actor_prompt",
+            "build_orm_prompt",
+            "trajectory_orm_prompt",
+        ),
+        "webrl.data.prompts",
+    ),
+    **dict.fromkeys(
+        (
+            "StepSample",
+            "mc_returns",
+            "read_samples",
+            "trajectory_to_samples",
+            "write_samples",
+        ),
+        "webrl.data.steps",
     ),
     **dict.fromkeys(("label_with_evaluator", "label_with_orm"), "webrl.data.labels"),
     **dict.fromkeys(

@@ -9,7 +9,10 @@ sampled ids) and avoids a BPE merge across the boundary.
 
 A sequence longer than `max_length` is never cut token-wise, which would drop either the action
 or the history: the prompt is re-built with a smaller HTML budget until it fits, so only the end
-of the page is lost (the same rule the prompt builder applies by characters). Batches are left
+of the page is lost (the same rule the prompt builder applies by characters). That re-build is
+WebRL's actor prompt, so it is made only for a prompt that is that builder's output for the step
+(`build_prompt` at the prompt's own length gives it back); any other prompt over the limit (a
+project's own prompts) is an error naming the sample, never replaced by a web prompt. Batches are left
 padded by default, as `webrl.modules.lm.collate_actions` does: actions line up at the end, and
 the last real token of every row (the critic's feature) is at position -1.
 """
@@ -67,6 +70,14 @@ class StepTokenizer:
 
         def build(max_chars: int) -> str:
             return sample.build_prompt(max_chars, chat_template_tokenizer=self._chat, next_state=is_next)
+
+        if build(len(prompt)) != prompt:
+            which = "next-state prompt" if is_next else "prompt"
+            raise ValueError(
+                f"task {sample.task_id} step {sample.step_index} (trajectory {sample.trajectory_id}): the {which} "
+                f"needs {len(ids)} tokens, more than the {limit} allowed (max_length {self.max_length}), and it is "
+                "not WebRL's actor prompt of the step, whose page could be cut: shorten it or raise max_length"
+            )
 
         # The builder drops the whole page below the size of instruction + history (1 char = "no HTML").
         bare = build(1)

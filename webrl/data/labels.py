@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from webrl.data.prompts import trajectory_orm_prompt
+from webrl.data.prompts import ORM_SYSTEM_PROMPT, ORM_USER_TEMPLATE, trajectory_orm_prompt
 from webrl.data.trajectory import Trajectory, is_success, orm_accepts
 
 OrmScorer = Callable[[list[str]], list[float]]
@@ -33,16 +33,28 @@ def label_with_orm(
     *,
     threshold: float,
     chat_template_tokenizer: Any = None,
+    system_prompt: str = ORM_SYSTEM_PROMPT,
+    user_template: str = ORM_USER_TEMPLATE,
 ) -> None:
     """orm_score = P(YES), orm_reward = outcome = 1[`orm_accepts(P(YES), threshold)`] (release: `add_overall_reward`).
 
     `threshold` is the run's `reward.threshold` (the release's 0.5 by default); it has no default here so
     that no caller can silently use another value.
 
-    A trajectory without a step (its episode failed before acting) gets 0 without asking the ORM.
+    A trajectory without a step (its episode failed before acting) gets 0 without asking the ORM. The prompts
+    are `trajectory_orm_prompt`'s, with the judge's `system_prompt` and `user_template` (the web judge's by
+    default): an ORM trained on other wording is asked in that wording.
     """
     labelled = [t for t in trajectories if t.steps]
-    prompts = [trajectory_orm_prompt(t, chat_template_tokenizer=chat_template_tokenizer) for t in labelled]
+    prompts = [
+        trajectory_orm_prompt(
+            t,
+            chat_template_tokenizer=chat_template_tokenizer,
+            system_prompt=system_prompt,
+            user_template=user_template,
+        )
+        for t in labelled
+    ]
     for trajectory, p_yes in zip(labelled, score(prompts) if prompts else [], strict=True):
         trajectory.orm_score = float(p_yes)
         trajectory.orm_reward = 1.0 if orm_accepts(p_yes, threshold) else 0.0

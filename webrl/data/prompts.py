@@ -59,6 +59,11 @@ ORM_SYSTEM_PROMPT = (
     "completed successfully: the requested change was made or the requested information was given "
     "correctly in the final answer. Answer with a single word: YES if it succeeded, NO otherwise."
 )
+"""The web judge's instructions, the default `system_prompt` of every ORM prompt builder."""
+
+ORM_USER_TEMPLATE = "The User Intent:\n{intent}\n\nAction History:\n{actions}\n\nThe Current Screenshot:\n{page}"
+"""The web judge's user turn, the default `user_template`: `{intent}`, `{actions}` (one response a line) and
+`{page}` (the final page) are filled with `str.format`; another agent project passes its own wording."""
 
 
 def uses_chat_template(tokenizer: Any) -> bool:
@@ -132,21 +137,28 @@ def build_orm_prompt(
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
     chat_template_tokenizer: Any = None,
+    system_prompt: str = ORM_SYSTEM_PROMPT,
+    user_template: str = ORM_USER_TEMPLATE,
 ) -> str:
     """The ORM's prompt for a finished trajectory, ending where the model answers YES or NO.
 
     `responses` are the raw responses of every step (each becomes one line of the action
     history, its newlines replaced by "; "), `final_html` the page observed at the last step.
     Only the end of `final_html` is cut to fit `max_chars`. Like the actor prompt, the completion
-    form carries no `<|begin_of_text|>`: the tokenizer adds BOS.
+    form carries no `<|begin_of_text|>`: the tokenizer adds BOS. `system_prompt` and `user_template`
+    default to the web judge's (`ORM_SYSTEM_PROMPT`, `ORM_USER_TEMPLATE`); a judge of other tasks passes its own.
     """
+
+    def user(page: str) -> str:
+        return orm_user_text(intent, responses, page, user_template)
+
     if uses_chat_template(chat_template_tokenizer):
         return _with_page(
-            lambda page: _render_chat(chat_template_tokenizer, _orm_messages(intent, responses, page)),
+            lambda page: _render_chat(chat_template_tokenizer, _orm_messages(system_prompt, user(page))),
             final_html,
             max_chars,
         )
-    return _with_page(lambda page: _orm_completion(intent, responses, page), final_html, max_chars)
+    return _with_page(lambda page: _orm_completion(system_prompt, user(page)), final_html, max_chars)
 
 
 def trajectory_orm_prompt(
@@ -154,11 +166,14 @@ def trajectory_orm_prompt(
     *,
     max_chars: int = DEFAULT_MAX_CHARS,
     chat_template_tokenizer: Any = None,
+    system_prompt: str = ORM_SYSTEM_PROMPT,
+    user_template: str = ORM_USER_TEMPLATE,
 ) -> str:
     """The ORM's prompt for a finished trajectory: its intent, every response, and the page of its last action.
 
     The page is the one the last action was taken on, as the release's `build_rm_data` uses (the
     last trace step's HTML); a trajectory that ended before its first step shows its final page.
+    `system_prompt` and `user_template` are those of `build_orm_prompt`.
     """
     final_html = trajectory.steps[-1].observation if trajectory.steps else trajectory.final_observation
     return build_orm_prompt(
@@ -167,13 +182,17 @@ def trajectory_orm_prompt(
         final_html,
         max_chars=max_chars,
         chat_template_tokenizer=chat_template_tokenizer,
+        system_prompt=system_prompt,
+        user_template=user_template,
     )
 
 
-def orm_user_text(intent: str, responses: Sequence[str], final_html: str) -> str:
+def orm_user_text(
+    intent: str, responses: Sequence[str], final_html: str, user_template: str = ORM_USER_TEMPLATE
+) -> str:
     """The ORM's user turn: intent, one action per line, final page. Also the ShareGPT `human` value."""
     actions = "\n".join(response.replace("\n", "; ") for response in responses)
-    return f"The User Intent:\n{intent}\n\nAction History:\n{actions}\n\nThe Current Screenshot:\n{final_html}"
+    return user_template.format(intent=intent, actions=actions, page=final_html)
 
 
 def _with_page(render: Callable[[str], str], html: str, max_chars: int) -> str:
@@ -207,16 +226,12 @@ def _actor_messages(intent: str, history: Sequence[str], html: str) -> list[dict
     return messages
 
 
-def _orm_completion(intent: str, responses: Sequence[str], final_html: str) -> str:
-    user = orm_user_text(intent, responses, final_html)
-    return f"{SYSTEM_HEADER}\n\n{ORM_SYSTEM_PROMPT}{EOT}{USER_HEADER}\n\n{user}{EOT}{ASSISTANT_HEADER}\n\n"
+def _orm_completion(system_prompt: str, user: str) -> str:
+    return f"{SYSTEM_HEADER}\n\n{system_prompt}{EOT}{USER_HEADER}\n\n{user}{EOT}{ASSISTANT_HEADER}\n\n"
 
 
-def _orm_messages(intent: str, responses: Sequence[str], final_html: str) -> list[dict[str, str]]:
-    return [
-        {"role": "system", "content": ORM_SYSTEM_PROMPT},
-        {"role": "user", "content": orm_user_text(intent, responses, final_html)},
-    ]
+def _orm_messages(system_prompt: str, user: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": user}]
 
 
 def _render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:

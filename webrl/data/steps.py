@@ -14,13 +14,20 @@ end; the next state of the last step is its own page with its own action appende
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from webrl.data.atomic_io import JsonlError, read_jsonl, write_jsonl_atomic
 from webrl.data.prompts import DEFAULT_MAX_CHARS, build_actor_prompt
 from webrl.data.trajectory import Trajectory, TrajectoryFileError, is_success
+
+PromptBuilder = Callable[[str, Sequence[str], str], str]
+"""prompt(intent, earlier raw responses, page) -> the state's prompt: `trajectory_to_samples`'s `prompt_builder`."""
+
+FINAL_PROMPT_KEY = "final_prompt"
+"""`Trajectory.metadata` key of the prompt of the state after the last step, where the driver recorded one:
+`trajectory_to_samples` then uses it as the last step's s' instead of building one."""
 
 DEFAULT_GAMMA = 0.9
 """Discount γ of each step's mc_return and of the actor's advantage (`AdvantageConfig.gamma`): the one default of γ,
@@ -102,13 +109,17 @@ def trajectory_to_samples(
     gamma: float = DEFAULT_GAMMA,
     max_chars: int = DEFAULT_MAX_CHARS,
     chat_template_tokenizer: Any = None,
+    prompt_builder: PromptBuilder | None = None,
 ) -> list[StepSample]:
     """Step samples of one labelled trajectory (release convention: outcome on every step).
 
     `prompt` (and `next_prompt`, but for the last step) is the recorded `Step.prompt`: the driver
     records each prompt once, as the model saw it, and training never re-renders one, so a step
-    without a record is an error. The last step's next state has no record (the model never acted
-    on it): it is built with the given budget and template, as the driver would have.
+    without a record is an error. The last step's next state is the one the model never acted on:
+    its prompt is `trajectory.metadata[FINAL_PROMPT_KEY]` where the driver recorded it, else
+    `prompt_builder(intent, every response, last page)`, else WebRL's actor prompt
+    (`build_actor_prompt` with `max_chars` and the chat template), as the web driver would have built it.
+    A project with prompts of its own passes its `prompt_builder` (or records the final prompt).
     """
     unrecorded = [step.index for step in trajectory.steps if not step.prompt]
     if unrecorded:
@@ -122,18 +133,13 @@ def trajectory_to_samples(
     returns = mc_returns(rewards, gamma)
     intent = trajectory.task.intent
     responses = [step.response for step in steps]
+    final_prompt = _final_prompt(trajectory, prompt_builder, max_chars, chat_template_tokenizer)
     samples = []
     for i, step in enumerate(steps):
         history = responses[:i]
         last = i == len(steps) - 1
         next_html = step.observation if last else steps[i + 1].observation
-        next_prompt = (
-            steps[i + 1].prompt
-            if not last
-            else build_actor_prompt(
-                intent, responses, next_html, max_chars=max_chars, chat_template_tokenizer=chat_template_tokenizer
-            )
-        )
+        next_prompt = final_prompt if last else steps[i + 1].prompt
         samples.append(
             StepSample(
                 task_id=trajectory.task.task_id,
@@ -155,6 +161,25 @@ def trajectory_to_samples(
             )
         )
     return samples
+
+
+def _final_prompt(
+    trajectory: Trajectory, prompt_builder: PromptBuilder | None, max_chars: int, chat_template_tokenizer: Any
+) -> str:
+    """The last step's s': the recorded final prompt, else the given builder's, else WebRL's actor prompt."""
+    recorded = trajectory.metadata.get(FINAL_PROMPT_KEY)
+    if recorded or not trajectory.steps:
+        return recorded or ""
+    intent, responses, page = (
+        trajectory.task.intent,
+        [s.response for s in trajectory.steps],
+        trajectory.steps[-1].observation,
+    )
+    if prompt_builder is not None:
+        return prompt_builder(intent, responses, page)
+    return build_actor_prompt(
+        intent, responses, page, max_chars=max_chars, chat_template_tokenizer=chat_template_tokenizer
+    )
 
 
 def write_samples(path: str | os.PathLike, samples: Iterable[StepSample]) -> None:

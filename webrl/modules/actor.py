@@ -2,8 +2,12 @@
 
 The loss regresses β·log(π/π_ref) of each action onto its advantage (`webrl.modules.losses`,
 paper or release form by `ActorLossConfig`). π_ref is the actor as it was when the phase began:
-`reset_reference()` snapshots it. Without LoRA the snapshot is a frozen copy of the policy
-(registered, so it is checkpointed with the module and resumes mid-phase exactly). With LoRA no
+`reset_reference()` snapshots it. Without LoRA the snapshot is a frozen copy of the policy, held
+outside the module's submodules by default: the state dict and the parameter count are the
+policy's alone, `.to()` still moves the copy, and a module loaded from a checkpoint takes the
+loaded policy as π_ref. `register_reference=True` registers the copy instead, so that a sharding
+strategy shards it and a checkpoint carries it (a mid-phase resume then restores π_ref exactly);
+that is the default where torch.distributed is initialised (the phase loop under DDP or FSDP). With LoRA no
 copy is made: the reference is the same network with its adapters disabled, and
 `reset_reference()` folds the adapters' current update into the frozen base weights and zeroes
 them, so "adapters off" is exactly the start-of-phase actor.
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -32,7 +36,7 @@ from peft import PeftModel
 from peft.tuners.lora import LoraLayer
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from webrl.modules.base import WebRLModule
+from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import (
     LoraSettings,
@@ -64,8 +68,10 @@ class ActorModule(WebRLModule):
         weight_decay: float = 0.0,
         lora: LoraSettings | None = None,
         critic: CriticModule | None = None,
+        register_reference: bool | None = None,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
+        self.save_init_arguments(require_model(model, "ActorModule"))
         if isinstance(model, (str, os.PathLike)):
             model, tokenizer = load_model_and_tokenizer(Path(model), lora=lora)
         elif lora is not None:
@@ -77,8 +83,12 @@ class ActorModule(WebRLModule):
         self.loss_config = loss or ActorLossConfig()
         self.advantage_config = advantage or AdvantageConfig()
         self.reference: torch.nn.Module | None = None
+        if register_reference is None:  # a launched strategy shards or syncs the copy like the policy
+            register_reference = torch.distributed.is_available() and torch.distributed.is_initialized()
+        self.register_reference = self.hparams["register_reference"] = register_reference
         self.attach_critic(critic)
         self.reset_reference()
+        self.register_load_state_dict_post_hook(_reference_from_loaded_policy)
         self.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
 
     @property
@@ -102,12 +112,23 @@ class ActorModule(WebRLModule):
                         layer.lora_B[name].weight.zero_()
             return
         if self.reference is None:
-            self.reference = copy.deepcopy(self.model)
-            self.reference.requires_grad_(False)
-            self.reference.eval()
+            reference = copy.deepcopy(self.model)
+            reference.requires_grad_(False)
+            reference.eval()
+            if self.register_reference:
+                self.reference = reference
+            else:
+                object.__setattr__(self, "reference", reference)  # not a submodule: not saved, not counted
             return
         for ref_param, param in zip(self.reference.parameters(), self.model.parameters(), strict=True):
             ref_param.copy_(param)
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> ActorModule:
+        """Moves and casts (`.to`, `.half`, Fabric's setup) reach an unregistered reference too."""
+        super()._apply(fn, recurse)
+        if self.reference is not None and not self.register_reference:
+            self.reference._apply(fn, recurse)
+        return self
 
     def train(self, mode: bool = True) -> ActorModule:
         super().train(mode)
@@ -126,6 +147,8 @@ class ActorModule(WebRLModule):
         if self.uses_lora:
             with self.model.disable_adapter():
                 return action_token_logprobs(self.model, *args).sum(-1)
+        if not self.register_reference:
+            self.reference.to(batch["input_ids"].device)  # a strategy that places only submodules leaves it behind
         return action_token_logprobs(self.reference, *args).sum(-1)
 
     def critic_advantage(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -168,3 +191,9 @@ class ActorModule(WebRLModule):
         model.save_pretrained(out)
         self.tokenizer.save_pretrained(out)
         return out
+
+
+def _reference_from_loaded_policy(module: ActorModule, incompatible_keys: object) -> None:
+    """After `load_state_dict`, an unregistered copy (which the checkpoint lacks) becomes the loaded policy."""
+    if module.reference is not None and not module.register_reference:
+        module.reset_reference()

@@ -9,10 +9,17 @@ module). Optimisers are a plain AdamW over the trainable parameters, as the rele
 
 from __future__ import annotations
 
+import inspect
+import os
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+
+HPARAMS_IGNORED = ("model", "tokenizer", "critic")
+"""Constructor arguments kept out of `hparams` as objects: the model is saved by its directory (`model_source`),
+the tokenizer is the model directory's, and an actor's critic is attached again by the caller."""
 
 
 class WebRLModule(L.LightningModule):
@@ -30,6 +37,15 @@ class WebRLModule(L.LightningModule):
             raise ValueError(f"{self.namespace}.lr must be > 0, got {lr}")
         self.lr = lr
         self.weight_decay = weight_decay
+
+    def save_init_arguments(self, model: Any) -> None:
+        """`save_hyperparameters` of the subclass's constructor, with the model as its directory (`model_source`).
+
+        Call it first thing in the subclass's `__init__` (it reads that frame), so that
+        `Module.load_from_checkpoint(ckpt)` and Lightning's `Trainer` checkpoints rebuild the module.
+        """
+        self.save_hyperparameters(ignore=list(HPARAMS_IGNORED), frame=inspect.currentframe().f_back)
+        self.hparams["model"] = model_source(model)
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         raise NotImplementedError
@@ -56,6 +72,27 @@ class WebRLModule(L.LightningModule):
         prefix = f"{self.namespace}/"
         renamed = {f"{prefix}val_{key.removeprefix(prefix)}": value for key, value in metrics.items()}
         self.log_dict(renamed, batch_size=_batch_size(batch))
+
+
+def model_source(model: Any) -> str | None:
+    """The directory `model` reloads from: the path given, or the local directory a model object was loaded from.
+
+    None for a model built in memory: its checkpoint then needs `model=` and `tokenizer=` again on reload.
+    """
+    if isinstance(model, (str, os.PathLike)):
+        return str(model)
+    name = getattr(model, "name_or_path", "")
+    return str(name) if name and Path(name).is_dir() else None
+
+
+def require_model(model: Any, module: str) -> Any:
+    """`model` itself, or an error saying how to reload a checkpoint whose model was built in memory."""
+    if model is None:
+        raise ValueError(
+            f"{module} has no model: its checkpoint was made from a model object with no local directory; "
+            f"pass model= and tokenizer= to {module}.load_from_checkpoint"
+        )
+    return model
 
 
 def _batch_size(batch: dict[str, Any]) -> int:

@@ -42,7 +42,7 @@ from torchmetrics.functional.classification import binary_calibration_error
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from webrl.data.trajectory import SUCCESS_THRESHOLD
-from webrl.modules.base import WebRLModule
+from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.lm import (
     LoraSettings,
     apply_lora,
@@ -107,6 +107,7 @@ class CriticModule(WebRLModule):
         super().__init__(lr=lr, weight_decay=weight_decay)
         if head_init_std <= 0:
             raise ValueError(f"head_init_std must be > 0, got {head_init_std}")
+        self.save_init_arguments(require_model(model, "CriticModule"))
         if isinstance(model, (str, os.PathLike)):
             model, tokenizer = load_model_and_tokenizer(Path(model), lora=lora)
         elif lora is not None:

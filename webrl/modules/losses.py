@@ -95,14 +95,26 @@ class AdvantageConfig:
             raise ValueError(f"advantage.lam must lie in [0, 1], got {self.lam}")
 
 
+ADVANTAGE_KEYS = {"paper": ("outcome", "done", "step_index", "num_steps"), "release": ("reward", "mc_return")}
+"""The step labels each advantage form reads from a batch (`webrl.data.collate.ActorCollator` makes all six)."""
+
+
 def compute_advantage(
     value: torch.Tensor, next_value: torch.Tensor, batch: Mapping[str, torch.Tensor], config: AdvantageConfig
 ) -> torch.Tensor:
     """Advantage (B,) for a batch carrying the step labels of `webrl.data.collate`.
 
     Paper form reads `outcome`, `done`, `step_index`, `num_steps`; release form reads `reward`
-    (the broadcast outcome) and `mc_return`.
+    (the broadcast outcome) and `mc_return`. A batch without them is a KeyError naming the missing keys and
+    `ActorCollator`, which makes them.
     """
+    missing = [key for key in ADVANTAGE_KEYS[config.form] if key not in batch]
+    if missing:
+        raise KeyError(
+            f"the {config.form}-form advantage needs the step labels {missing}, which the batch lacks (it has "
+            f"{sorted(batch)}): batch StepSamples with webrl.data.collate.ActorCollator, which makes them, or give "
+            "each row its own 'advantage' (ActorModule.collate's triples)"
+        )
     if config.form == "paper":
         steps_to_end = batch["num_steps"] - 1 - batch["step_index"]  # (B,)
         return paper_advantage(

@@ -32,10 +32,10 @@ from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, BinaryPreci
 from torchmetrics.functional.classification import binary_accuracy
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from webrl.data.labels import OrmScorer
-from webrl.data.prompts import build_orm_prompt, uses_chat_template
-from webrl.data.trajectory import SUCCESS_THRESHOLD, is_success, orm_accepts
-from webrl.modules.base import WebRLModule
+from webrl.data.labels import OrmScorer, label_with_orm
+from webrl.data.prompts import ORM_SYSTEM_PROMPT, ORM_USER_TEMPLATE, build_orm_prompt, uses_chat_template
+from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, is_success, orm_accepts
+from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.critic import at_last_token
 from webrl.modules.lm import encode_prompt, load_model_and_tokenizer, pad_batch, position_ids_from_mask
 from webrl.modules.losses import orm_loss, yes_probability
@@ -79,6 +79,8 @@ class OutcomeRewardModule(WebRLModule):
 
     `threshold` is the run's `reward.threshold`; in training it only decides the logged verdict metrics
     (`orm/acc` per batch; `orm/val_accuracy`, `orm/val_precision`, `orm/val_recall` per validation epoch).
+    `system_prompt` and `user_template` are the judge's wording that `score` and `label` build prompts with
+    (the web judge's by default, `webrl.data.prompts.build_orm_prompt`); an ORM of other tasks is given its own.
     """
 
     namespace = "orm"
@@ -92,8 +94,11 @@ class OutcomeRewardModule(WebRLModule):
         answer_words: tuple[str, str] | None = None,
         max_length: int | None = None,
         threshold: float = SUCCESS_THRESHOLD,
+        system_prompt: str = ORM_SYSTEM_PROMPT,
+        user_template: str = ORM_USER_TEMPLATE,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
+        self.save_init_arguments(require_model(model, "OutcomeRewardModule"))
         if isinstance(model, (str, os.PathLike)):
             model, tokenizer = load_model_and_tokenizer(Path(model))
         if tokenizer is None:
@@ -102,6 +107,8 @@ class OutcomeRewardModule(WebRLModule):
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.threshold = threshold
+        self.system_prompt = system_prompt
+        self.user_template = user_template
         self.answer_words = answer_words or default_answer_words(tokenizer)
         self.yes_id = single_token_id(tokenizer, self.answer_words[0])
         self.no_id = single_token_id(tokenizer, self.answer_words[1])
@@ -188,15 +195,37 @@ class OutcomeRewardModule(WebRLModule):
         final_htmls: Sequence[str],
         batch_size: int = 8,
     ) -> torch.Tensor:
-        """P(YES) from raw parts, through `webrl.data.prompts.build_orm_prompt`; (N,)."""
+        """P(YES) from raw parts, through `webrl.data.prompts.build_orm_prompt` with this ORM's wording; (N,)."""
         if not len(intents) == len(histories) == len(final_htmls):
             raise ValueError(f"{len(intents)} intents, {len(histories)} histories, {len(final_htmls)} final pages")
         chat = self.tokenizer if uses_chat_template(self.tokenizer) else None
         prompts = [
-            build_orm_prompt(intent, list(history), html, chat_template_tokenizer=chat)
+            build_orm_prompt(
+                intent,
+                list(history),
+                html,
+                chat_template_tokenizer=chat,
+                system_prompt=self.system_prompt,
+                user_template=self.user_template,
+            )
             for intent, history, html in zip(intents, histories, final_htmls, strict=True)
         ]
         return self.score_prompts(prompts, batch_size)
+
+    def label(self, trajectories: Sequence[Trajectory], batch_size: int = 8) -> None:
+        """Set each trajectory's `orm_score`, `orm_reward` and `outcome` from this ORM at its `threshold`.
+
+        The library form of `python -m webrl.process stage=[1] reward_source=orm`: `label_with_orm` with this
+        module's scorer, chat template and wording.
+        """
+        label_with_orm(
+            trajectories,
+            lambda prompts: self.score_prompts(prompts, batch_size).tolist(),
+            threshold=self.threshold,
+            chat_template_tokenizer=self.tokenizer if uses_chat_template(self.tokenizer) else None,
+            system_prompt=self.system_prompt,
+            user_template=self.user_template,
+        )
 
     @staticmethod
     def collate(

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from webrl.modules.base import WebRLModule
+from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.lm import action_token_logprobs, load_model_and_tokenizer
 
 
@@ -32,6 +32,7 @@ class SFTModule(WebRLModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
+        self.save_init_arguments(require_model(model, "SFTModule"))
         if isinstance(model, (str, os.PathLike)):
             model, tokenizer = load_model_and_tokenizer(Path(model))
         if tokenizer is None:

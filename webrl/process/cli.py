@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from webrl.config import ConfigError, load_config
-from webrl.data.labels import label_with_evaluator, label_with_orm
+from webrl.data.labels import label_with_evaluator
 from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import current_phase_samples, filter_by_perplexity
 from webrl.data.steps import write_samples
@@ -54,11 +54,11 @@ def stage1(config: ProcessConfig) -> list[Trajectory]:
     if config.reward_source == "evaluator":
         label_with_evaluator(trajectories)
     else:
-        from webrl.modules.orm import orm_scorer
+        from webrl.modules.orm import OutcomeRewardModule
 
         answers = tuple(config.orm_answers) if config.orm_answers else None
-        score, chat = orm_scorer(config.orm, batch_size=config.batch_size, answer_words=answers)
-        label_with_orm(trajectories, score, threshold=_default_orm_threshold(), chat_template_tokenizer=chat)
+        orm = OutcomeRewardModule(config.orm, answer_words=answers, threshold=_default_orm_threshold())
+        orm.label(trajectories, batch_size=config.batch_size)
     write_trajectories(config.output, trajectories)
     successes = sum(1 for t in trajectories if t.succeeded)
     print(f"stage 1: {len(trajectories)} trajectories, {successes} successful -> {config.output}")
