@@ -16,10 +16,15 @@ import pytest
 from recipes.report import main as report_main
 from tests.sample_records import build_trajectory
 from webrl.data.atomic_io import write_json_atomic
-from webrl.data.replay import ReplayBuffer
+from webrl.data.replay import ReplayBuffer, filter_by_perplexity
+from webrl.data.step_values import write_step_values
+from webrl.data.steps import trajectory_to_samples
 from webrl.data.trajectory import write_trajectories
+from webrl.report_data import RunFigures
+from webrl.report_plots import histogram_counts
 from webrl.run_layout import RunLayout
-from webrl.run_report import REPORT_NAME, RunReport
+from webrl.run_report import REPORT_NAME, ReportConfig, RunReport
+from webrl.run_state import RunState
 from webrl.tracking import write_phase_row
 
 pytest.importorskip("matplotlib")
@@ -27,6 +32,11 @@ pytestmark = pytest.mark.timeout(300)
 
 # phase -> site -> (successes, episodes) of the held-out evaluation
 EVAL = {0: {"shopping": (2, 6), "reddit": (0, 4)}, 1: {"shopping": (4, 6), "reddit": (1, 4)}}
+# Phase 1's curriculum: the critic's values of the kept tasks, and of candidates by rejection reason.
+KEPT_VALUES = [0.3, 0.4, 0.62]
+REJECTED = [("critic_low", 0.01), ("critic_high", 0.9), ("unused", 0.5), ("duplicate", None)]
+# Phase 1's replay filter: the action probability of each replayed step (window (0.5, 0.95]).
+REPLAY_SCORES = [0.3, 0.6, 0.97, 0.95]
 
 
 def _trajectory(task_id, site, template, success, phase, **labels):
@@ -64,6 +74,7 @@ def _write_run(root, jpeg: bytes) -> RunLayout:
             record.update({"time/critic_s": 120.0, "time/actor_s": 60.0})
         write_json_atomic(layout.metrics_path(phase, "evaluate"), record)
         write_phase_row(layout.phases_csv, record)
+    _write_phase_1_signals(layout, labelled)
     (root / "metrics" / "version_0").mkdir(parents=True)
     with (root / "metrics" / "version_0" / "metrics.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -71,6 +82,27 @@ def _write_run(root, jpeg: bytes) -> RunLayout:
         writer.writerows([[100_000 + i, 1.0 / (i + 1), ""] for i in range(5)])
         writer.writerows([[150_000 + i, "", 0.5 - 0.1 * i] for i in range(5)])
     return layout
+
+
+def _write_phase_1_signals(layout: RunLayout, labelled) -> None:
+    """Phase 1's critic values per trained step, its curriculum's critic values, and its replay filter's scores."""
+    samples = trajectory_to_samples(labelled[0])  # train-1-0, two steps
+    write_step_values(layout.advantages_path(1), samples, [0.25, 0.5], [0.5, 0.75], [0.25, -0.125])
+    kept = [
+        {"task_id": f"c{i}", "intent": f"task {i}", "curriculum": {"critic_value": v}}
+        for i, v in enumerate(KEPT_VALUES)
+    ]
+    rejected = [{"intent": "x", "reason": reason, **({"value": v} if v is not None else {})} for reason, v in REJECTED]
+    state = {"schema": 1, "phase": 1, "seen": [], "record": {"phase": 1, "kept": kept, "rejected": rejected}}
+    write_json_atomic(layout.phase_dir(1) / "curriculum_state.json", state)
+    experience = [build_trajectory(f"old-{i}", num_steps=2, outcome=1.0) for i in range(2)]
+    filter_by_perplexity(
+        experience,
+        lambda prompts, actions: REPLAY_SCORES[: len(prompts)],
+        current_steps=10,
+        batch_size=4,
+        scores_path=layout.replay_scores_path(1),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,12 +126,18 @@ def test_the_report_holds_the_rates_intervals_and_tables(tmp_path, jpeg):
     assert "66.7 % (4/6) [30.0, 90.3]" in page and "25.0 % (1/4) [4.6, 69.9]" in page  # phase 1 per site
     assert "25.0 % (1/4) [4.6, 69.9]</td><td>25.0 % (1/4)" not in page  # train 1/4 sits in its own column
     assert "<td>1</td><td>1</td><td>1</td><td>0</td><td>2</td><td>75.0 %</td>" in page  # ORM confusion of phase 1
-    assert page.count("<svg") == 6  # success, sites, curriculum, replay, losses, time
+    # success, sites, curriculum, critic values, replay, replay scores, losses, time
+    assert page.count("<svg") == 8
     assert not re.search(r'(src|href)="(https?:)?//|<link|@import', page)  # nothing fetched from a CDN
     records = json.loads(re.search(r'id="trajectories">(.*?)</script>', page, re.S).group(1).replace("<\\/", "</"))
     assert len(records) == 2 * 10 + 2 * 4
     assert [r["kind"] for r in records] == (["eval"] * 10 + ["train"] * 4) * 2
     assert records[14]["task"] == "reddit-0" and records[14]["steps"][0]["shot"].startswith("data:image/jpeg;base64,")
+    assert records[24]["task"] == "train-1-0" and [s["critic"] for s in records[24]["steps"]] == [
+        {"value": 0.25, "next_value": 0.5, "advantage": 0.25, "scored_in": 1},
+        {"value": 0.5, "next_value": 0.75, "advantage": -0.125, "scored_in": 1},
+    ]
+    assert all(s["critic"] is None for r in records if r["task"] != "train-1-0" for s in r["steps"])
     for key in ("phase", "kind", "site", "template", "success", "orm"):
         assert f'id="f-{key}"' in page
 
@@ -142,6 +180,9 @@ def test_the_page_runs_in_chromium_and_its_filters_work(run, pool, tmp_path, jpe
         seen["width"] = await page.eval_on_selector("#detail img", "img => img.decode().then(() => img.naturalWidth)")
         seen["compare"] = await page.locator("#compare > div").count()
         seen["svgs"] = await page.locator("svg").count()
+        await page.select_option("#f-kind", "train")
+        await page.click("#list li:first-child")
+        seen["critic"] = await page.locator("#detail .critic").all_inner_texts()
         await page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         await page.close()
         return {**seen, "errors": errors}
@@ -152,7 +193,76 @@ def test_the_page_runs_in_chromium_and_its_filters_work(run, pool, tmp_path, jpe
         "phase 1 eval": "10 of 28 trajectories",
         "width": 320,
         "compare": 2,
-        "svgs": 6,
+        "svgs": 8,
+        "critic": [
+            "V(s) 0.250 · V(s') 0.500 · advantage +0.250 (actor stage of phase 1)",
+            "V(s) 0.500 · V(s') 0.750 · advantage -0.125 (actor stage of phase 1)",
+        ],
         "errors": [],
     }
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_the_histograms_count_what_the_curriculum_and_replay_filters_saw(tmp_path, jpeg):
+    _write_run(tmp_path, jpeg)
+    phase = RunFigures.read(tmp_path).phase(1)
+    assert phase.critic_values == {"kept": KEPT_VALUES, "rejected": [0.01, 0.9]}  # unused and duplicate: neither
+    steps = phase.replay_scores["steps"]
+    assert [(s["score"], s["kept"]) for s in steps] == [(0.3, False), (0.6, True), (0.97, False), (0.95, True)]
+    assert phase.replay_scores["window"] == {
+        "low": 0.5,
+        "high": 0.95,
+        "low_inclusive": False,
+        "high_inclusive": True,
+        "cap": 20,
+    }
+    # 20 bins of width 0.05: 0.3 and 0.4 in bins 6 and 8, 0.62 in 12; 0.01 in 0, 0.9 in 18; 0.95 and 0.97 in 19.
+    assert histogram_counts(KEPT_VALUES) == [1 if i in (6, 8, 12) else 0 for i in range(20)]
+    assert histogram_counts([0.01, 0.9]) == [1 if i in (0, 18) else 0 for i in range(20)]
+    assert histogram_counts([0.3, 0.97, 1.0, 0.0]) == [1] + [0] * 5 + [1] + [0] * 12 + [2]
+    page = RunReport(tmp_path).html()
+    for legend in ("kept (3)", "rejected (2)", "window [0.05, 0.75]", "kept (2)", "not kept (2)", "window [0.5, 0.95]"):
+        assert f">{legend}<" in page, legend
+    assert "No replay filter scores" not in page and "No critic-scored curriculum tasks" not in page
+
+
+def _baseline_run(root, name, evaluation, *, launched=True, recipe=False):
+    """A sibling run: a WebRL run evaluated per phase, or a recipe's one evaluation (`eval_<name>-<id>`)."""
+    layout = RunLayout(root / name)
+    for phase, hits in enumerate(evaluation):
+        trajectories = [_trajectory(t, "shopping", 1, i < hits, phase) for i, t in enumerate(_tasks())]
+        if recipe:
+            write_trajectories(root / name / f"eval_{name}-abc.jsonl", trajectories)
+            write_json_atomic(root / name / f"eval_{name}-abc.json", {"identity": {}})
+        else:
+            write_trajectories(layout.eval_path(phase, 0), trajectories)
+    if not recipe:
+        RunState(phase=len(evaluation)).save(layout.state_path)
+    if launched:
+        write_json_atomic(root / name / "launches.json", [])
+    return root / name
+
+
+def _tasks():
+    return sorted(f"{site}-{i}" for site, (_, n) in EVAL[0].items() for i in range(n))
+
+
+def test_baselines_share_the_success_plot(tmp_path, jpeg):
+    compare = tmp_path / "compare"
+    _write_run(compare / "webrl", jpeg)
+    _baseline_run(compare, "sft", [3], recipe=True)
+    _baseline_run(compare, "no_kl", [2, 4])
+    _baseline_run(compare, "by_hand", [9], launched=False)  # not launched by the comparison: no baseline
+    elsewhere = tmp_path / "elsewhere"
+    _baseline_run(elsewhere, "webrl_smollm2", [7])
+    page = RunReport(compare / "webrl", ReportConfig(baselines=[str(elsewhere / "webrl_smollm2")])).html()
+    svg = page[page.index("<svg") : page.index("</svg>")]  # the success plot's legend names each baseline
+    assert ">sft (one checkpoint)<" in svg and ">no_kl<" in svg and ">webrl_smollm2<" in svg
+    assert "by_hand" not in page
+    assert "<td>sft (one checkpoint)</td><td>30.0 % (3/10) [10.8, 60.3]</td><td>10</td>" in page
+    assert "<td>no_kl</td><td>phase 0: 20.0 % (2/10) [5.7, 51.0]; phase 1: 40.0 % (4/10) [16.8, 68.7]</td>" in page
+    assert "<td>webrl_smollm2</td><td>phase 0: 70.0 % (7/10) [39.7, 89.2]</td><td>10</td>" in page
+    alone = RunReport(compare / "webrl", ReportConfig(sibling_baselines=False)).html()
+    assert "<h3>Baselines</h3>" not in alone and "no_kl" not in alone
+    with pytest.raises(ValueError, match="report.baselines: .* holds no finished held-out evaluation"):
+        RunReport(compare / "webrl", ReportConfig(baselines=[str(tmp_path)])).html()

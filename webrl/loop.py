@@ -38,6 +38,7 @@ from webrl.data.datamodule import ReplayDataModule
 from webrl.data.labels import label_with_orm
 from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import ReplayBuffer, filter_by_perplexity
+from webrl.data.step_values import write_step_values
 from webrl.data.steps import StepSample, read_samples, write_samples
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.inference.engine import InferenceEngine, ReloadableEngine
@@ -46,7 +47,7 @@ from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, errored, infra_errors, success_by_site
 from webrl.modules.actor import ActorModule
-from webrl.modules.advantages import precompute_advantages
+from webrl.modules.advantages import score_steps
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import actor_scorer
 from webrl.modules.orm import orm_scorer
@@ -240,11 +241,11 @@ class PhaseLoop:
             )
             model, tokenizer = self._load_actor_model(self.actor_dir(phase))
             score = actor_scorer(model, tokenizer, max_length=self.config.model.max_length)
-            current_steps = sum(len(t.steps) for t in labelled)
             kept = filter_by_perplexity(
                 experience,
                 score,
-                current_steps=current_steps,
+                current_steps=sum(len(t.steps) for t in labelled),
+                scores_path=self.layout.replay_scores_path(phase),
                 config=self.config.replay.filter,
                 gamma=self.config.actor.advantage.gamma,
                 fabric=self.fabric,
@@ -414,15 +415,23 @@ def score_advantages(
 
     The critic does not change during the actor stage, so each distinct state is scored once here
     (`webrl.modules.advantages`) rather than twice per actor step inside it; the actor batches then carry
-    the advantages and no critic runs while the actor trains.
+    the advantages and no critic runs while the actor trains. Rank 0 keeps each step's V(s), V(s') and
+    advantage in the phase in progress's `advantages.jsonl`, for the run report.
     """
-    advantages = precompute_advantages(
+    samples = data.dataset.samples
+    scores = score_steps(
         critic.requires_grad_(False).to(fabric.device),
-        data.dataset.samples,
+        samples,
         config.actor.advantage,
         max_length=config.model.max_length,
         autocast=fabric.autocast(),
     )
+    if fabric.is_global_zero:
+        layout = RunLayout(config.output_dir)
+        phase = RunState.load(layout.state_path).phase  # the actor stage runs inside the phase in progress
+        columns = (scores.value.tolist(), scores.next_value.tolist(), scores.advantage.tolist())
+        write_step_values(layout.advantages_path(phase), samples, *columns)
+    advantages = scores.advantage
     return {
         "actor/advantage_all_mean": advantages.mean().item(),
         "actor/advantage_all_std": advantages.std(correction=0).item(),

@@ -2,7 +2,8 @@
 
 The browser filters by phase, kind (held-out evaluation or training rollout), site, template, evaluator
 verdict and ORM verdict, and shows one trajectory step by step: its screenshot, the observation
-(collapsed), the response and parsed action, and the final verdict with the evaluator's details. A
+(collapsed), the response and parsed action, the critic's V(s), V(s') and the advantage the actor was
+trained with (for steps an actor stage trained on), and the final verdict with the evaluator's details. A
 second view puts one held-out task under the first and the last phase side by side. Everything is
 inline so that the report opens offline; screenshots are embedded as data URIs up to a byte budget
 and linked by their path in the run directory beyond it.
@@ -34,6 +35,12 @@ class TrajectoryBrowser:
         self.embed_left = embed_bytes
         self.train_per_phase = train_per_phase
         self.screenshots = 0
+        # A step is scored by the actor stage of its own phase, and again by each later one that replays it;
+        # the browser shows the first of those, the one that trained on it as a fresh rollout when there is one.
+        self.step_values: dict[tuple[str, int], dict[str, Any]] = {}
+        for phase in figures.phases:
+            for key, record in phase.step_values.items():
+                self.step_values.setdefault(key, {**record, "scored_in": phase.phase})
 
     def records(self) -> list[dict[str, Any]]:
         out = []
@@ -58,6 +65,14 @@ class TrajectoryBrowser:
         self.embed_left -= size
         return "data:image/jpeg;base64," + base64.b64encode(file.read_bytes()).decode("ascii")
 
+    def _critic(self, trajectory_id: str, index: int) -> dict[str, Any] | None:
+        """V(s), V(s'), the advantage and the phase whose actor stage computed them; None for an untrained step."""
+        record = self.step_values.get((trajectory_id, index))
+        if record is None:
+            return None
+        keys = ("value", "next_value", "advantage", "scored_in")
+        return {key: record[key] for key in keys}
+
     def _record(self, trajectory: Trajectory, phase: int, kind: str) -> dict[str, Any]:
         shots = list(trajectory.metadata.get("screenshots") or [])
         task = trajectory.task
@@ -71,6 +86,7 @@ class TrajectoryBrowser:
                     "action": step.action,
                     "error": step.error,
                     "shot": self._shot(phase, shots[i] if i < len(shots) else None),
+                    "critic": self._critic(trajectory.trajectory_id, i),
                 }
             )
         final = shots[len(trajectory.steps)] if len(shots) > len(trajectory.steps) else None
@@ -124,6 +140,7 @@ th:first-child,td:first-child{text-align:left}.missing{color:#999;font-style:ita
 #list li.sel{background:#def}#detail{flex:1;max-height:70vh;overflow:auto}.ok{color:#080}.bad{color:#b00}
 .step{border-top:1px solid #ddd;padding:.4em 0}.step img,.final img{max-width:100%;border:1px solid #ccc}
 pre{white-space:pre-wrap;background:#f6f6f6;padding:.3em;margin:.2em 0;font-size:12px}
+.critic{font:12px monospace;color:#446}
 #compare{display:flex;gap:1em}#compare>div{flex:1;min-width:0}svg{max-width:100%;height:auto}
 """
 
@@ -147,6 +164,9 @@ SCRIPT = r"""
     return `<div class="step"><b>step ${i}</b> <small>${esc(s.url)}</small>${img(s.shot, "step " + i)}` +
       `<details><summary>observation</summary><pre>${esc(s.obs)}</pre></details><pre>${esc(s.response)}</pre>` +
       (s.action ? `<small>action: ${esc(JSON.stringify(s.action))}</small>` : "") +
+      (s.critic ? `<div class="critic">V(s) ${s.critic.value.toFixed(3)} · V(s') ${s.critic.next_value.toFixed(3)}` +
+        ` · advantage ${s.critic.advantage >= 0 ? "+" : ""}${s.critic.advantage.toFixed(3)}` +
+        ` <small>(actor stage of phase ${s.critic.scored_in})</small></div>` : "") +
       (s.error ? `<div class="bad">${esc(s.error)}</div>` : "") + "</div>";
   }
   function show(t) {

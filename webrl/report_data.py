@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.state import STATE_FILE
 from webrl.data.replay import ReplayBuffer
+from webrl.data.step_values import StepKey, read_step_values
 from webrl.data.trajectory import Trajectory, is_success
 from webrl.evaluation.stats import wilson_interval
 from webrl.run_layout import RunLayout
@@ -26,6 +29,8 @@ log = logging.getLogger(__name__)
 
 LOSS_KEYS = ("critic/loss", "actor/loss")
 """The training curves drawn: the per-batch losses the critic and actor stages log to the metrics CSV."""
+CRITIC_REASONS = ("critic_low", "critic_high")
+"""The curriculum's rejection reasons of a task whose value fell outside `curriculum.value_window`."""
 
 
 @dataclass
@@ -90,6 +95,12 @@ class PhaseFigures:
     """ORM against the evaluators on the phase's labelled rollouts."""
     replay: dict[str, Any] = field(default_factory=dict)
     """The replay buffer's manifest entry for the phase (trajectories, steps, successes)."""
+    replay_scores: dict[str, Any] = field(default_factory=dict)
+    """The replay filter's window and every step it scored (`replay_scores.json`), empty when not recorded."""
+    critic_values: dict[str, list[float]] = field(default_factory=dict)
+    """The curriculum critic's P(success) of the tasks it kept (`kept`) and of those its window rejected."""
+    step_values: dict[StepKey, dict[str, Any]] = field(default_factory=dict)
+    """V(s), V(s') and advantage of each step the phase's actor stage trained on, by (trajectory_id, step_index)."""
     evaluations: list[Trajectory] = field(default_factory=list)
     rollouts: list[Trajectory] = field(default_factory=list)
 
@@ -128,6 +139,18 @@ class RunFigures:
         return next((p for p in self.phases if p.phase == number), None)
 
     @property
+    def held_out_tasks(self) -> set[str]:
+        """Task ids of the last held-out evaluation: the tasks a baseline must have been evaluated on."""
+        evaluated = [p for p in self.phases if p.evaluations]
+        return {t.task.task_id for t in evaluated[-1].evaluations} if evaluated else set()
+
+    @property
+    def value_window(self) -> tuple[float, float]:
+        """The curriculum critic's window as the run was configured (the default when the config lacks one)."""
+        window = (self.config.get("curriculum") or {}).get("value_window") or CurriculumConfig().value_window
+        return float(window[0]), float(window[1])
+
+    @property
     def sites(self) -> list[str]:
         return sorted({site for p in self.phases for site in p.test if site != "all"})
 
@@ -144,9 +167,33 @@ def _phase(layout: RunLayout, phase: int, row: dict[str, Any] | None, replay: di
         train=rates_by_site(rollouts, "eval_reward"),
         confusion=orm_confusion(labelled),
         replay=replay,
+        replay_scores=_json(layout.replay_scores_path(phase)) or {},
+        critic_values=critic_values(_json(layout.phase_dir(phase) / STATE_FILE)),
+        step_values=_step_values(layout, phase),
         evaluations=evaluations,
         rollouts=rollouts,
     )
+
+
+def critic_values(state: dict[str, Any] | None) -> dict[str, list[float]]:
+    """From a phase's curriculum state: the critic's values of the kept tasks and of those outside its window.
+
+    Tasks the window let through but the selection or the judge left out are in neither list: the
+    histogram shows what the critic filter itself decided.
+    """
+    record = (state or {}).get("record") or {}
+    kept = [task.get("curriculum", {}).get("critic_value") for task in record.get("kept", [])]
+    rejected = [r.get("value") for r in record.get("rejected", []) if r.get("reason") in CRITIC_REASONS]
+    out = {"kept": [v for v in kept if v is not None], "rejected": [v for v in rejected if v is not None]}
+    return out if out["kept"] or out["rejected"] else {}
+
+
+def _step_values(layout: RunLayout, phase: int) -> dict[StepKey, dict[str, Any]]:
+    try:
+        return read_step_values(layout.advantages_path(phase))
+    except (OSError, ValueError, KeyError) as err:
+        log.warning("report: cannot read the step values of phase %d (%s)", phase, err)
+        return {}
 
 
 def _trajectories(read: Any) -> list[Trajectory]:

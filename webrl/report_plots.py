@@ -8,8 +8,10 @@ report can say so in place of the figure.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from typing import Any
 
+from webrl.report_baselines import Baseline
 from webrl.report_data import PhaseFigures, Rate, RunFigures
 from webrl.run_state import STAGES
 
@@ -48,8 +50,12 @@ def _errors(rates: list[Rate]) -> list[list[float]]:
     ]
 
 
-def success_plot(figures: RunFigures) -> str | None:
-    """Held-out success per phase with 95 % intervals, and training-rollout success beside it."""
+def success_plot(figures: RunFigures, baselines: Sequence[Baseline] = ()) -> str | None:
+    """Held-out success per phase with 95 % intervals, training-rollout success, and the baselines' success.
+
+    A baseline run evaluated per phase is a thin dotted series; one evaluated once (SFT, Filtered BC) a
+    level line across the phases.
+    """
     phases = [p for p in figures.phases if "all" in p.test]
     if not phases:
         return None
@@ -62,8 +68,21 @@ def success_plot(figures: RunFigures) -> str | None:
         trained = [p for p in figures.phases if "all" in p.train]
         if trained:
             axes.plot([p.phase for p in trained], [100 * p.train["all"].value for p in trained], "s--", label="train")
+        for baseline in baselines:
+            if baseline.checkpoint is not None:
+                axes.axhline(100 * baseline.checkpoint.value, ls="-.", lw=1, color="0.4", label=baseline.label)
+            else:
+                points = sorted(baseline.per_phase.items())
+                axes.plot(
+                    [x for x, _ in points],
+                    [100 * r.value for _, r in points],
+                    ":",
+                    lw=1,
+                    marker=".",
+                    label=baseline.label,
+                )
         axes.set(xlabel="phase", ylabel="success %", ylim=(0, 100), xticks=xs)
-        axes.legend(frameon=False)
+        axes.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         return _svg(figure)
 
 
@@ -158,3 +177,57 @@ def time_plot(phases: list[PhaseFigures]) -> str | None:
     stages = [s for s in STAGES if any(s in p.stage_seconds() for p in shown)]
     rows = [(stage, [p.stage_seconds().get(stage, 0.0) / 60 for p in shown]) for stage in stages]
     return _stacked(rows, [p.phase for p in shown], "minutes", horizontal=True)
+
+
+HISTOGRAM_BINS = 20
+"""Equal bins on [0, 1] of the report's histograms (critic values, replay action probabilities)."""
+
+
+def histogram_counts(values: Sequence[float], bins: int = HISTOGRAM_BINS) -> list[int]:
+    """How many `values` fall in each of `bins` equal bins of [0, 1]; a bin holds its left edge, the last both."""
+    counts = [0] * bins
+    for value in values:
+        counts[min(max(int(value * bins), 0), bins - 1)] += 1
+    return counts
+
+
+def _histograms(panels: list[tuple[str, dict[str, list[float]], tuple[float, float]]], xlabel: str) -> str:
+    """One small panel per phase: a histogram per named series on [0, 1], the filter's window shaded."""
+    plt = _pyplot()
+    edges = [i / HISTOGRAM_BINS for i in range(HISTOGRAM_BINS + 1)]
+    with plt.rc_context(_STYLE):
+        figure, grid = plt.subplots(1, len(panels), figsize=(max(6, 2.6 * len(panels)), 2.6), squeeze=False)
+        for axes, (title, series, (low, high)) in zip(grid[0], panels, strict=True):
+            axes.axvspan(low, high, color="#cde8cd", zorder=0, label=f"window [{low:g}, {high:g}]")
+            for name, values in series.items():
+                if values:
+                    axes.stairs(histogram_counts(values), edges, fill=True, alpha=0.6, label=f"{name} ({len(values)})")
+            axes.set(title=title, xlabel=xlabel, xlim=(0, 1))
+            axes.legend(frameon=False, fontsize=7)
+        grid[0][0].set_ylabel("count")
+        return _svg(figure)
+
+
+def curriculum_value_plot(phases: list[PhaseFigures], window: tuple[float, float]) -> str | None:
+    """Per phase: the critic's P(success) of the curriculum's kept tasks and of those outside `window`."""
+    shown = [p for p in phases if p.critic_values]
+    if not shown:
+        return None
+    panels = [(f"phase {p.phase}", p.critic_values, window) for p in shown]
+    return _histograms(panels, "critic P(success)")
+
+
+def replay_score_plot(phases: list[PhaseFigures]) -> str | None:
+    """Per phase: the geometric-mean action probability of every replayed step scored, kept or not."""
+    shown = [p for p in phases if p.replay_scores.get("steps")]
+    if not shown:
+        return None
+    panels = []
+    for p in shown:
+        steps, window = p.replay_scores["steps"], p.replay_scores["window"]
+        series = {
+            "kept": [s["score"] for s in steps if s["kept"]],
+            "not kept": [s["score"] for s in steps if not s["kept"]],
+        }
+        panels.append((f"phase {p.phase}", series, (window["low"], window["high"])))
+    return _histograms(panels, "action probability (1 / perplexity)")

@@ -4,8 +4,8 @@ The loop writes these files, and the dry-run plan, the baselines, the recipes an
 them; they all go through a RunLayout, so a file's name cannot drift between its writer and its readers.
 
     <run>/config.json, config_changes.json, run_state.json, phases.csv, replay/
-    <run>/phase_NNN/tasks.json, rollouts.rankR.jsonl, labelled.jsonl, replay_samples.jsonl,
-                    critic.pt, actor/, eval.rankR.jsonl, metrics/<stage>.json
+    <run>/phase_NNN/tasks.json, rollouts.rankR.jsonl, labelled.jsonl, replay_samples.jsonl, replay_scores.json,
+                    critic.pt, advantages.jsonl, actor/, eval.rankR.jsonl, metrics/<stage>.json
 """
 
 from __future__ import annotations
@@ -64,6 +64,14 @@ class RunLayout:
 
     def replay_samples_path(self, phase: int) -> Path:
         return self.phase_dir(phase) / "replay_samples.jsonl"
+
+    def replay_scores_path(self, phase: int) -> Path:
+        """Every replayed step the filter scored, kept or not, and the filter's window (`ReplayScores`)."""
+        return self.phase_dir(phase) / "replay_scores.json"
+
+    def advantages_path(self, phase: int) -> Path:
+        """V(s), V(s') and the advantage of every step the actor stage trained on (`webrl.data.step_values`)."""
+        return self.phase_dir(phase) / "advantages.jsonl"
 
     def critic_path(self, phase: int) -> Path:
         return self.phase_dir(phase) / "critic.pt"

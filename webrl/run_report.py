@@ -11,14 +11,24 @@ from __future__ import annotations
 
 import html
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from webrl.config_checks import at_least
 from webrl.data.atomic_io import write_text_atomic
+from webrl.report_baselines import Baseline, find_baselines
 from webrl.report_browser import CSS, TrajectoryBrowser, browser_html
 from webrl.report_data import PhaseFigures, Rate, RunFigures
-from webrl.report_plots import curriculum_plot, loss_plot, replay_plot, site_plot, success_plot, time_plot
+from webrl.report_plots import (
+    curriculum_plot,
+    curriculum_value_plot,
+    loss_plot,
+    replay_plot,
+    replay_score_plot,
+    site_plot,
+    success_plot,
+    time_plot,
+)
 
 REPORT_NAME = "report.html"
 
@@ -33,6 +43,10 @@ class ReportConfig:
     """Screenshots embedded in report.html up to this many MB; later ones are linked by their run-directory path."""
     train_per_phase: int = 24
     """Training rollouts per phase shown in the trajectory browser (every held-out episode is shown)."""
+    baselines: list[str] = field(default_factory=list)
+    """Run directories whose held-out success is drawn on the success plot (WebRL runs per phase, SFT/BC once)."""
+    sibling_baselines: bool = True
+    """Also draw the run directory's siblings evaluated on the same held-out tasks (a `recipes.compare` root)."""
 
     def validate(self) -> None:
         at_least("report.embed_screenshot_mb", self.embed_screenshot_mb, 0)
@@ -81,13 +95,17 @@ class RunReport:
 
     def html(self) -> str:
         figures = RunFigures.read(self.root)
+        named = [Path(run_dir) for run_dir in self.config.baselines]
+        baselines = find_baselines(
+            self.root, figures.held_out_tasks, named=named, siblings=self.config.sibling_baselines
+        )
         browser = TrajectoryBrowser(figures, int(self.config.embed_screenshot_mb * 2**20), self.config.train_per_phase)
         records = browser.records()
         title = f"WebRL run report: {self.root.name}"
         sections = [
             f"<h1>{html.escape(title)}</h1><p>{len(figures.phases)} phases, {len(records)} trajectories, "
             f"{browser.screenshots} screenshots. Rates: successes/episodes with the 95 % Wilson interval.</p>",
-            "<h2>Held-out success</h2>" + self._success(figures),
+            "<h2>Held-out success</h2>" + self._success(figures, baselines),
             "<h2>Per site</h2>" + self._sites(figures),
             "<h2>Curriculum</h2>" + self._curriculum(figures),
             "<h2>Replay buffer</h2>" + self._replay(figures),
@@ -102,14 +120,20 @@ class RunReport:
         )
 
     @staticmethod
-    def _success(figures: RunFigures) -> str:
+    def _success(figures: RunFigures, baselines: list[Baseline]) -> str:
         phases = figures.phases
         if not any(p.test or p.train for p in phases):
             return _missing("evaluation or rollout results")
         rows = [[str(p.phase), _rate(p.test, "all"), _rate(p.train, "all")] for p in phases]
-        return _figure(success_plot(figures), "held-out evaluation") + _table(
+        out = _figure(success_plot(figures, baselines), "held-out evaluation") + _table(
             ["phase", "held-out success", "train success (evaluators)"], rows
         )
+        if baselines:
+            out += "<h3>Baselines</h3>" + _table(
+                ["baseline", "held-out success", "tasks", "from"],
+                [_baseline_row(baseline) for baseline in baselines],
+            )
+        return out
 
     @staticmethod
     def _sites(figures: RunFigures) -> str:
@@ -127,7 +151,13 @@ class RunReport:
         if not any(cell != "-" for row in rows for cell in row[1:]):
             return _missing("curriculum metrics")
         plot = curriculum_plot(figures.phases) or _missing("generated tasks (phase 0 uses the train split)")
-        return plot + _table(["phase", *[key.split("/", 1)[1] for key in keys]], rows)
+        low, high = figures.value_window
+        values = _figure(curriculum_value_plot(figures.phases, figures.value_window), "critic-scored curriculum tasks")
+        caption = (
+            f"<p>The critic's P(success) of each generated task: kept, and rejected for lying outside the "
+            f"window [{low:g}, {high:g}] (shaded).</p>"
+        )
+        return plot + _table(["phase", *[key.split("/", 1)[1] for key in keys]], rows) + caption + values
 
     @staticmethod
     def _replay(figures: RunFigures) -> str:
@@ -145,7 +175,12 @@ class RunReport:
         if not any(cell != "-" for row in rows for cell in row[1:]):
             return _missing("replay buffer")
         header = ["phase", "added trajectories", "added steps", "added successes", "replayed steps kept", "buffer size"]
-        return _figure(replay_plot(figures.phases), "replay metrics") + _table(header, rows)
+        scores = _figure(replay_score_plot(figures.phases), "replay filter scores")
+        caption = (
+            "<p>Each replayed step's geometric-mean action probability under the current actor (1 / perplexity); "
+            "the filter keeps the shaded window, then caps the count.</p>"
+        )
+        return _figure(replay_plot(figures.phases), "replay metrics") + _table(header, rows) + caption + scores
 
     @staticmethod
     def _orm(figures: RunFigures) -> str:
@@ -161,6 +196,15 @@ class RunReport:
             return _missing("rollouts labelled by both the ORM and the evaluators")
         header = ["phase", "ORM yes, eval yes", "ORM yes, eval no", "ORM no, eval yes", "ORM no, eval no", "agreement"]
         return _table(header, rows)
+
+
+def _baseline_row(baseline: Baseline) -> list[str]:
+    if baseline.checkpoint is not None:
+        success = baseline.checkpoint.text()
+    else:
+        success = "; ".join(f"phase {phase}: {rate.text()}" for phase, rate in sorted(baseline.per_phase.items()))
+    tasks = f"{len(baseline.tasks)}" + ("" if baseline.same_tasks else " (not this run's held-out tasks)")
+    return [baseline.label, success, tasks, str(baseline.source)]
 
 
 def write_run_report(root: str | Path, config: ReportConfig | None = None) -> Path | None:

@@ -107,6 +107,8 @@ def test_critic_window_filter_on_hand_made_values():
     assert kept == ["A", "B", "E"]
     reasons = {re.search(r"item (\w)", r["intent"]).group(1): r["reason"] for r in result.record.rejected}
     assert reasons == {"C": "critic_low", "D": "critic_high", "F": "critic_high"}
+    # The rejected ones keep their value, so the report can draw kept against rejected.
+    assert {r["value"] for r in result.record.rejected} == {0.0499, 0.7501, 0.9}
     assert result.metrics["curriculum/rejected_critic"] == 3.0
     assert result.metrics["curriculum/critic_value_mean"] == pytest.approx(sum(values.values()) / 6)
     # The critic reads the round-0 actor prompt of the start page, fetched once per start URL.

@@ -319,4 +319,8 @@ def _rejection(intent: str, site: str, origin: str, reason: str, detail: str = "
 
 
 def _rejection_of(candidate: _Candidate, reason: str, detail: str = "") -> dict[str, Any]:
-    return _rejection(candidate.task.intent, candidate.task.site, candidate.origin, reason, detail or candidate.source)
+    """The rejection record of a candidate; one the critic scored keeps its `value` (the report's histogram)."""
+    out = _rejection(candidate.task.intent, candidate.task.site, candidate.origin, reason, detail or candidate.source)
+    if candidate.value is not None:
+        out["value"] = candidate.value
+    return out

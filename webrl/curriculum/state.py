@@ -31,7 +31,8 @@ class PhaseRecord:
 
     `seeds`: {task_id, site, intent} of the failed tasks used; `generated`: {intent, site, origin,
     source} of every candidate before the filters; `kept`: the kept tasks as WebArena-style configs;
-    `rejected`: {intent, site, origin, reason, detail}; `replies`: raw generator replies per call.
+    `rejected`: {intent, site, origin, reason, detail, and the critic's `value` where it scored one};
+    `replies`: raw generator replies per call.
     """
 
     phase: int

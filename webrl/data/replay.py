@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from webrl.config_checks import positive, require, within
 from webrl.data.atomic_io import write_json_atomic
+from webrl.data.step_values import replay_scores_record
 from webrl.data.steps import DEFAULT_GAMMA, StepSample, trajectory_to_samples
 from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, phase_name, read_trajectories, write_trajectories
 from webrl.progress import progress_bar
@@ -262,13 +263,15 @@ def filter_by_perplexity(
     batch_size: int = 8,
     fabric: Any = None,
     chat_template_tokenizer: Any = None,
+    scores_path: str | os.PathLike | None = None,
 ) -> list[StepSample]:
     """WebRL's experience filter: the replayed steps that join this phase's training data.
 
     `experience` holds earlier phases' trajectories in the order they were stored; `score`
     returns geometric-mean action probabilities under the current actor; `current_steps` is
     the number of steps collected in the current phase (the cap is `cap_ratio` times that).
-    Returns the kept samples, each with its `score`, in a seeded random order.
+    Returns the kept samples, each with its `score`, in a seeded random order. With `scores_path`,
+    rank 0 also writes every scored step's probability and the window there (the report's histogram).
     """
     config = config or ReplayFilterConfig()
     successes = select_successes(
@@ -288,6 +291,15 @@ def filter_by_perplexity(
     random.Random(config.seed).shuffle(kept)
     if config.cap_ratio is not None:
         kept = kept[: int(config.cap_ratio * current_steps)]
+    if scores_path is not None and _world(fabric)[1] == 0:
+        window = {
+            "low": config.low,
+            "high": config.high,
+            "low_inclusive": config.low_inclusive,
+            "high_inclusive": config.high_inclusive,
+            "cap": None if config.cap_ratio is None else int(config.cap_ratio * current_steps),
+        }
+        write_json_atomic(scores_path, replay_scores_record(samples, scores, kept, window), indent=None)
     return kept
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 
 import torch
 
@@ -66,6 +67,36 @@ def state_values(
     return values
 
 
+@dataclass
+class StepScores:
+    """The critic's view of N steps: V(s), V(s') and the advantage they give, each (N,), in sample order."""
+
+    value: torch.Tensor
+    next_value: torch.Tensor
+    advantage: torch.Tensor
+
+
+def score_steps(
+    critic: CriticModule,
+    samples: Sequence[StepSample],
+    config: AdvantageConfig,
+    *,
+    max_length: int,
+    batch_size: int = 8,
+    autocast: AbstractContextManager | None = None,
+) -> StepScores:
+    """V(s), V(s') and the advantage of every sample; sets `advantage` on each (see `precompute_advantages`)."""
+    if not samples:
+        return StepScores(torch.zeros(0), torch.zeros(0), torch.zeros(0))
+    values = state_values(critic, samples, max_length=max_length, batch_size=batch_size, autocast=autocast)
+    value = torch.tensor([values[sample.prompt] for sample in samples])  # (N,)
+    next_value = torch.tensor([values[sample.next_prompt] for sample in samples])  # (N,)
+    advantage = compute_advantage(value, next_value, step_labels(samples), config).float()  # (N,)
+    for sample, item in zip(samples, advantage.tolist(), strict=True):
+        sample.advantage = item
+    return StepScores(value, next_value, advantage)
+
+
 def precompute_advantages(
     critic: CriticModule,
     samples: Sequence[StepSample],
@@ -80,12 +111,6 @@ def precompute_advantages(
     `max_length` must be the actor batches' (`ReplayDataModule.max_length`), so that states are cut
     to the same page HTML as there.
     """
-    if not samples:
-        return torch.zeros(0)
-    values = state_values(critic, samples, max_length=max_length, batch_size=batch_size, autocast=autocast)
-    value = torch.tensor([values[sample.prompt] for sample in samples])  # (N,)
-    next_value = torch.tensor([values[sample.next_prompt] for sample in samples])  # (N,)
-    advantage = compute_advantage(value, next_value, step_labels(samples), config).float()  # (N,)
-    for sample, item in zip(samples, advantage.tolist(), strict=True):
-        sample.advantage = item
-    return advantage
+    return score_steps(
+        critic, samples, config, max_length=max_length, batch_size=batch_size, autocast=autocast
+    ).advantage
