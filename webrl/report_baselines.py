@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from webrl.data.trajectory import Trajectory, read_trajectories
-from webrl.evaluation.run_results import LAUNCHES_FILE
 from webrl.report_data import Rate, rates_by_site
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState
@@ -86,6 +85,9 @@ def find_baselines(root: Path, tasks: set[str], *, named: Sequence[Path] = (), s
         baseline.same_tasks = baseline.tasks == tasks
         out.append(baseline)
         seen.add(Path(run_dir).resolve())
+    # Imported here: the evaluation package reads the run config, whose tracking section writes this report.
+    from webrl.evaluation.run_results import LAUNCHES_FILE
+
     if siblings and tasks:
         for run_dir in sorted(root.resolve().parent.glob(f"*/{LAUNCHES_FILE}")):
             if run_dir.parent in seen:
