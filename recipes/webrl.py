@@ -28,7 +28,7 @@ from typing import TypeVar
 from lightning.fabric import Fabric
 
 from webrl.config import ConfigError, config_to_dict, load_config
-from webrl.distributed import build_fabric
+from webrl.distributed import build_fabric, launch_rank
 from webrl.inference.engine import build_engine
 from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
@@ -73,9 +73,10 @@ def recipe_config(
 def keep_config(run_dir: Path, config: WebRLConfig, *, dry_run: bool = False) -> dict | None:
     """The run directory's config.json on a first launch; on a relaunch, one line and exit if settings changed.
 
-    A dry run checks without writing. Returns `check_run_config`'s answer (None for a new directory).
+    A dry run checks without writing, and so does every rank but rank 0: on several nodes they all start
+    at once on the shared directory. Returns `check_run_config`'s answer (None for a new directory).
     """
-    keep = check_run_config if dry_run else keep_run_config
+    keep = check_run_config if dry_run or launch_rank(config.fabric) != 0 else keep_run_config
     try:
         return keep(run_dir, config_to_dict(config), config.resume.allow_changes)
     except ConfigError as err:
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if dry_run:
         print(describe_plan(config, changes))
         return []
-    loggers = build_loggers(run_dir, config.tracking, config_to_dict(config), run_dir.name)
+    primary = launch_rank(config.fabric) == 0
+    loggers = build_loggers(run_dir, config.tracking, config_to_dict(config), run_dir.name, primary=primary)
     fabric = launch_fabric(config, loggers)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from webrl import loop as loop_module
+from webrl import phase_training
 from webrl.config import load_config
 from webrl.data.steps import read_samples
 from webrl.data.trajectory import Step, Task, Trajectory, write_trajectories
@@ -80,8 +80,8 @@ def test_actor_stage_builds_the_actor_with_the_configured_advantage(tmp_path, mo
         raise Built(kwargs)
 
     loop = phase_loop(tmp_path, "actor.advantage.form=release", "actor.advantage.margin=0.2")
-    monkeypatch.setattr(loop_module, "ActorModule", build_actor)
-    monkeypatch.setattr(loop, "_load_actor_model", lambda path: (None, None))
+    monkeypatch.setattr(phase_training, "ActorModule", build_actor)
+    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (None, None))
     with pytest.raises(Built) as built:
         loop._actor(1)
     assert built.value.args[0]["advantage"] == AdvantageConfig(form="release", margin=0.2)
@@ -90,14 +90,16 @@ def test_actor_stage_builds_the_actor_with_the_configured_advantage(tmp_path, mo
 def test_current_steps_are_discounted_by_the_configured_gamma(tmp_path):
     loop = phase_loop(tmp_path, "actor.advantage.gamma=0.5")
     (loop.layout.replay_samples_path(1)).write_text("")
-    data = loop._datamodule(1, None, StageSettings(batch_size=2), phase_stage="critic")
+    data = phase_training.replay_datamodule(
+        loop.config, loop.layout, 1, None, StageSettings(batch_size=2), target="critic"
+    )
     assert [sample.mc_return for sample in data.dataset.samples] == pytest.approx(HALF_DISCOUNT)
 
 
 def test_replayed_steps_are_discounted_by_the_configured_gamma(tmp_path, monkeypatch):
     loop = phase_loop(tmp_path, "actor.advantage.gamma=0.5", demonstrations=[success("demo")])
-    monkeypatch.setattr(loop, "_load_actor_model", lambda path: (None, None))
-    monkeypatch.setattr(loop_module, "actor_scorer", lambda *args, **kwargs: lambda p, a: [0.7] * len(p))
+    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (None, None))
+    monkeypatch.setattr(phase_training, "actor_scorer", lambda *args, **kwargs: lambda p, a: [0.7] * len(p))
     loop._replay(1)
     kept = sorted(read_samples(loop.layout.replay_samples_path(1)), key=lambda sample: sample.step_index)
     assert [sample.mc_return for sample in kept] == pytest.approx(HALF_DISCOUNT)

@@ -138,9 +138,10 @@ def test_a_fault_at_every_point_then_a_resume_ends_as_the_uninterrupted_run(tmp_
     reference_dir, points = reference
     run_dir = tmp_path / "run"
     chain = [p.replace(str(reference_dir), str(run_dir)) for p in points if p.startswith(f"{kind}:")]
-    # 2 phases x 9 stages x (written, marked); per phase 22 writes: tasks, labels, the buffer's phase file
-    # and manifest, phases.csv, 8 stages' metrics (the checkpoint has none) and 9 marks in run_state.json.
-    assert len(chain) == (36 if kind == "stage" else 44)
+    # 2 phases x 9 stages x (written, marked); per phase 23 writes: tasks, labels, the buffer's phase file
+    # and manifest, phases.csv, report.html, 8 stages' metrics (the checkpoint has none) and 9 marks in
+    # run_state.json.
+    assert len(chain) == (36 if kind == "stage" else 46)
     for point in chain:
         assert _run(run_dir, **{FAULT_ENV: point}) == FAULT_EXIT_CODE, f"{point}: not reached"
     assert _run(run_dir) == 0

@@ -18,6 +18,7 @@ from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
 from webrl.modules.advantages import precompute_advantages
 from webrl.modules.model_factory import build_tiny_model
+from webrl.phase_training import load_critic
 
 
 def test_the_critic_trains_each_state_once_and_the_actor_on_advantages_scored_before_it(tmp_path):
@@ -42,7 +43,7 @@ def test_the_critic_trains_each_state_once_and_the_actor_on_advantages_scored_be
     assert critic_metrics["critic/steps"] == 4
     assert loop.layout.critic_path(1).exists()
 
-    critic = loop._load_critic(loop.layout.critic_path(1))
+    critic = load_critic(config, sft, loop.layout.critic_path(1))
     samples = [s for t in trajectories for s in trajectory_to_samples(t)]
     expected = precompute_advantages(critic, samples, config.actor.advantage, max_length=512)
     actor_metrics = loop._actor(1)

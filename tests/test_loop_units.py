@@ -17,8 +17,10 @@ from sample_records import build_trajectory
 from webrl.config import load_config
 from webrl.data.steps import read_samples
 from webrl.data.trajectory import Trajectory, write_trajectories
-from webrl.loop import PhaseLoop, sample_by_steps
+from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
+from webrl.phase_record import phase_record
+from webrl.phase_training import sample_by_steps
 from webrl.run_state import STAGES, RunState
 from webrl.web_environment import WebEnvironment
 
@@ -138,7 +140,7 @@ def test_a_finished_stage_is_recorded_then_marked_and_the_phase_record_merges_th
     loop._finish_stage(0, "rollouts", {"rollout/episodes": 4.0, "time/rollouts_s": 2.0})
     assert RunState.load(loop.layout.state_path).done == ["curriculum", "rollouts"]
     assert loop.state.is_done(0, "rollouts") and not loop.state.is_done(0, "labels")
-    assert loop._phase_record(0) == {
+    assert phase_record(loop.layout, 0) == {
         "phase": 0,
         "curriculum/tasks": 4.0,
         "time/curriculum_s": 1.5,

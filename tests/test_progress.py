@@ -6,11 +6,14 @@ import io
 import sys
 
 import pytest
+import torch
+from lightning.fabric import Fabric
 from tqdm.auto import tqdm
 
 from webrl.data.replay import score_samples
 from webrl.data.steps import StepSample
 from webrl.progress import ProgressLog, progress_bar
+from webrl.training import StageSettings, setup_for_training, train_module
 
 
 class Terminal(io.StringIO):
@@ -111,3 +114,28 @@ def test_replay_scoring_reports_its_progress_in_a_log(capsys: pytest.CaptureFixt
     scores = score_samples(samples, lambda prompts, actions: [0.5] * len(prompts), batch_size=2)
     assert scores == [0.5, 0.5, 0.5]
     assert capsys.readouterr().err.splitlines()[-1].startswith("replay scoring: done 2/2 batch (100%) in ")
+
+
+class Quadratic(torch.nn.Module):
+    """loss = (w - 1)^2 from w = 0; SGD at lr 0.25 halves the distance to 1 each step: losses 1, 0.25, 0.0625."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(()))
+
+    def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        loss = (self.w - batch["target"]) ** 2
+        return loss, {"probe/loss": loss.detach()}
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.25)
+
+
+def test_training_steps_report_their_progress_and_last_loss_in_a_log(capsys: pytest.CaptureFixture[str]):
+    fabric = Fabric(accelerator="cpu", devices=1)
+    module, optimizer = setup_for_training(fabric, Quadratic())
+    batches = [{"target": torch.tensor(1.0)}] * 3
+    summary = train_module(fabric, module, optimizer, batches, StageSettings(grad_clip=0.0), name="probe")
+    assert summary["probe/loss"] == pytest.approx((1.0 + 0.25 + 0.0625) / 3)
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("probe: done 3/3 batch (100%) in ") and last.endswith(", loss=0.0625")

@@ -7,12 +7,14 @@ Measured on CPU here: DDP over gloo works; FSDP1 refuses CPU ("FSDP is only avai
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from lightning.fabric import Fabric
+from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
 from webrl.config_checks import at_least, one_of, require
 
@@ -100,6 +102,21 @@ def build_fabric(config: FabricConfig, loggers: list[Any] | None = None) -> Fabr
         precision=config.precision,
         loggers=loggers,
     )
+
+
+def launch_rank(config: FabricConfig) -> int:
+    """This process's global rank as its launcher set it, known before `fabric.launch()`.
+
+    A recipe writes the run's shared files (config.json, the W&B run id) before it launches, and
+    under torchrun or srun every rank of every node starts at once on the one shared run directory:
+    only the future rank 0 may write them. The launchers are asked in Fabric's own order (torchrun
+    first, since it also runs inside SLURM jobs). Fabric's own launcher starts a node's other
+    processes with LOCAL_RANK and each node with NODE_RANK.
+    """
+    for environment in (TorchElasticEnvironment, SLURMEnvironment):
+        if environment.detect():
+            return environment().global_rank()
+    return int(os.environ.get("NODE_RANK", 0)) * config.devices + int(os.environ.get("LOCAL_RANK", 0))
 
 
 def _decoder_layer_classes(module: torch.nn.Module, recurse: bool, nonwrapped_numel: int) -> bool:

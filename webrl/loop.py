@@ -16,51 +16,42 @@ phases before its own. `WEBRL_FAULT` ends the process at a named stage boundary 
 atomic write, for the crash tests (`webrl.data.atomic_io`). Rollouts are sharded
 across ranks (each rank runs its own browser and engine on its share of the tasks and writes its
 own file); every collective (training, weight gathering) runs on all ranks.
+
+The loop says what runs when and from which checkpoint; the work lives beside it: the curriculum's
+proposals in `webrl.curriculum.phase`, the replay scoring and critic/actor training in
+`webrl.phase_training`, the stage and phase records in `webrl.phase_record`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import random
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.fabric import Fabric
 
-from webrl.curriculum.phase import generator_engine, needs_generator, phase_tasks, top_up
-from webrl.data.atomic_io import atomic_write, fault_point, write_json_atomic
-from webrl.data.datamodule import ReplayDataModule
+from webrl.curriculum.phase import generator_engine, propose_phase_tasks
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
 from webrl.data.prompts import uses_chat_template
-from webrl.data.replay import ReplayBuffer, filter_by_perplexity
-from webrl.data.step_values import write_step_values
-from webrl.data.steps import StepSample, read_samples, write_samples
-from webrl.data.trajectory import Task, Trajectory, write_trajectories
+from webrl.data.replay import ReplayBuffer
+from webrl.data.steps import StepSample, write_samples
+from webrl.data.trajectory import Trajectory, write_trajectories
 from webrl.inference.engine import InferenceEngine, ReloadableEngine
 from webrl.inference.rollout_metrics import rollout_counts
-from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, errored, infra_errors, success_by_site
-from webrl.modules.actor import ActorModule
-from webrl.modules.advantages import score_steps
-from webrl.modules.critic import CriticModule
-from webrl.modules.lm import actor_scorer
 from webrl.modules.orm import orm_scorer
+from webrl.phase_record import close_phase, finish_stage
+from webrl.phase_training import critic_scorer, filter_replay, sample_by_steps, train_actor, train_critic
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState, seed_everything_for, stage_seed
-from webrl.tracking import log_phase_views, write_phase_row
-from webrl.training import StageSettings, save_model_dir, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
 log = logging.getLogger(__name__)
-
-PHASE_STEPS = 100_000
-"""Width of a phase on the logged step axis: critic steps, then actor steps from the middle, then the record."""
 
 
 class PhaseLoop:
@@ -144,54 +135,25 @@ class PhaseLoop:
         out = self.layout.tasks_path(phase)
         metrics: dict[str, float] = {}
         if self.fabric.is_global_zero:
-            if phase == 0 or not self.config.curriculum_enabled:
-                tasks = self.env.suite(self.config.env.train_split, self.config.env.train_tasks, self.config.seed)
+            config = self.config
+            if phase == 0 or not config.curriculum_enabled:
+                tasks = self.env.suite(config.env.train_split, config.env.train_tasks, config.seed)
             else:
-                tasks, metrics = self._propose_tasks(phase)
+                trained = self.critic_path(phase - 1)
+                tasks, metrics = propose_phase_tasks(
+                    config.curriculum,
+                    phase,
+                    self.layout,
+                    generator=partial(generator_engine, config.model.generator, config.model.cache_dir),
+                    pool=self.env.suite(config.env.train_split, 0, config.seed),
+                    reinstantiate=self.env.reinstantiate,
+                    start_observation=self.env.start_observation,
+                    critic=partial(critic_scorer, config, self.sft_dir, trained) if trained else None,
+                    seed=stage_seed(config.seed, phase, "curriculum"),
+                )
             write_json_atomic(out, [task.to_dict() for task in tasks])
         self.fabric.barrier()
         return {**metrics, "curriculum/tasks": float(len(self.layout.tasks(phase)))}
-
-    def _propose_tasks(self, phase: int) -> tuple[list[Task], dict[str, float]]:
-        curriculum = self.config.curriculum
-        generator = None
-        if needs_generator(curriculum):
-            generator = generator_engine(self.config.model.generator, self.config.model.cache_dir)
-        tasks, metrics = phase_tasks(
-            curriculum,
-            phase,
-            previous_dir=self.layout.phase_dir(phase - 1),
-            phase_dir=self.layout.phase_dir(phase),
-            first_tasks=self.layout.tasks(0),
-            previous_labelled=self.layout.labelled(phase - 1),
-            generator=generator,
-            reinstantiate=self.env.reinstantiate,
-            start_observation=self.env.start_observation,
-            critic=self._critic_scorer(phase) if self.critic_path(phase - 1) is not None else None,
-        )
-        proposed = len(tasks)
-        tasks = top_up(
-            tasks,
-            wanted=curriculum.tasks_per_phase,
-            pool=self.env.suite(self.config.env.train_split, 0, self.config.seed),
-            used={task.intent for earlier in range(phase) for task in self.layout.tasks(earlier)},
-            seed=stage_seed(self.config.seed, phase, "curriculum"),
-        )
-        return tasks, {**metrics, "curriculum/topped_up": float(len(tasks) - proposed)}
-
-    def _load_critic(self, path: Path | None, lr: float = 1e-6) -> CriticModule:
-        """A critic on the SFT trunk with fresh heads, then the weights a critic stage saved at `path` if any."""
-        config, max_length = self.config.critic, self.config.model.max_length
-        critic = CriticModule(
-            self.sft_dir, lr=lr, max_length=max_length, lora=config.lora.active(), head_init_std=config.head_init_std
-        )
-        if path is not None:
-            critic.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-        return critic
-
-    def _critic_scorer(self, phase: int) -> Any:
-        critic = self._load_critic(self.critic_path(phase - 1))
-        return lambda prompts: critic.values(prompts).tolist()
 
     def _rollouts(self, phase: int) -> dict[str, float]:
         tasks = self.layout.tasks(phase)[self.fabric.global_rank :: self.fabric.world_size]
@@ -239,16 +201,14 @@ class PhaseLoop:
                 self.config.replay.max_scored_steps,
                 stage_seed(self.config.seed, phase, "replay"),
             )
-            model, tokenizer = self._load_actor_model(self.actor_dir(phase))
-            score = actor_scorer(model, tokenizer, max_length=self.config.model.max_length)
-            kept = filter_by_perplexity(
+            current_steps = sum(len(t.steps) for t in labelled)
+            kept = filter_replay(
+                self.fabric,
+                self.config,
                 experience,
-                score,
-                current_steps=sum(len(t.steps) for t in labelled),
+                actor_dir=self.actor_dir(phase),
+                current_steps=current_steps,
                 scores_path=self.layout.replay_scores_path(phase),
-                config=self.config.replay.filter,
-                gamma=self.config.actor.advantage.gamma,
-                fabric=self.fabric,
             )
         if self.fabric.is_global_zero:
             write_samples(out, kept)
@@ -259,52 +219,21 @@ class PhaseLoop:
     def _critic(self, phase: int) -> dict[str, float]:
         if phase == 0:
             return {}
-        settings = self.config.critic.train
-        critic = self._load_critic(self.critic_path(phase - 1), lr=settings.lr)
-        data = self._datamodule(phase, critic.tokenizer, settings, phase_stage="critic")
-        module, optimizer = setup_for_training(self.fabric, critic)
-        metrics = train_module(
-            self.fabric,
-            module,
-            optimizer,
-            self.fabric.setup_dataloaders(data.critic_dataloader()),
-            settings,
-            name="critic",
-            step_offset=phase * PHASE_STEPS,
-        )
-        state = full_state_dict(module, merge_lora=False)  # a collective under sharding: every rank calls it
-        if self.fabric.is_global_zero:
-            atomic_write(self.layout.critic_path(phase), partial(torch.save, state))
-        self.fabric.barrier()
-        return metrics
+        start_from = self.critic_path(phase - 1)
+        return train_critic(self.fabric, self.config, self.layout, phase, sft_dir=self.sft_dir, start_from=start_from)
 
     def _actor(self, phase: int) -> dict[str, float]:
         if phase == 0:
             return {}
-        settings = self.config.actor.train
-        model, tokenizer = self._load_actor_model(self.actor_dir(phase))
-        actor = ActorModule(
-            model,
-            tokenizer,
-            loss=self.config.actor.loss,
-            advantage=self.config.actor.advantage,
-            lr=settings.lr,
-            lora=self.config.actor.lora.active(),
-        )
-        data = self._datamodule(phase, tokenizer, settings, phase_stage="actor")
-        scored = score_advantages(self.fabric, self._load_critic(self.critic_path(phase)), data, self.config)
-        module, optimizer = setup_for_training(self.fabric, actor)
-        metrics = scored | train_module(
+        return train_actor(
             self.fabric,
-            module,
-            optimizer,
-            self.fabric.setup_dataloaders(data.actor_dataloader()),
-            settings,
-            name="actor",
-            step_offset=phase * PHASE_STEPS + PHASE_STEPS // 2,
+            self.config,
+            self.layout,
+            phase,
+            actor_dir=self.actor_dir(phase),
+            sft_dir=self.sft_dir,
+            critic_path=self.critic_path(phase),
         )
-        save_model_dir(self.fabric, actor.model, tokenizer, self.layout.actor_dir(phase), {"metrics": metrics})
-        return metrics
 
     def _sync(self, phase: int) -> dict[str, float]:
         started = time.perf_counter()
@@ -349,109 +278,11 @@ class PhaseLoop:
         if Path(self.engine.model_path) != actor_dir:
             self.engine.reload(actor_dir)
 
-    def _load_actor_model(self, path: Path) -> tuple[Any, Any]:
-        from webrl.modules.lm import load_model_and_tokenizer
-
-        return load_model_and_tokenizer(path)
-
-    def _datamodule(self, phase: int, tokenizer: Any, settings: StageSettings, *, phase_stage: str) -> ReplayDataModule:
-        replayed = read_samples(self.layout.replay_samples_path(phase))
-        data = ReplayDataModule(
-            tokenizer,
-            current=self.layout.labelled(phase),
-            replay=replayed,
-            target=phase_stage,
-            batch_size=settings.batch_size,
-            max_length=self.config.model.max_length,
-            gamma=self.config.actor.advantage.gamma,
-            group_by_length=settings.group_by_length,
-            seed=stage_seed(self.config.seed, phase, phase_stage),
-        )
-        data.setup()
-        return data
-
     def _finish_stage(self, phase: int, stage: str, metrics: dict[str, float]) -> None:
-        """Save the stage's metrics, then mark it done (rank 0), then let every rank see the new state."""
-        if self.fabric.is_global_zero:
-            write_json_atomic(self.layout.metrics_path(phase, stage), metrics)
-            fault_point(f"stage:{phase}:{stage}:written")
-            self.state.mark(phase, stage, self.layout.state_path)
-            fault_point(f"stage:{phase}:{stage}:marked")
-        self.fabric.barrier()
-        self.state = RunState.load(self.layout.state_path)
-
-    def _phase_record(self, phase: int) -> dict[str, Any]:
-        record: dict[str, Any] = {"phase": phase}
-        for path in sorted(self.layout.metrics_dir(phase).glob("*.json")):
-            record.update(json.loads(path.read_text(encoding="utf-8")))
-        return record
+        """Save the stage's metrics and mark it done (`webrl.phase_record`); every rank then holds the new state."""
+        self.state = finish_stage(self.fabric, self.state, self.layout, phase, stage, metrics)
 
     def _checkpoint(self, phase: int) -> None:
-        """Close the phase: its record goes to W&B, phases.csv and run_state.json, in that order.
-
-        phases.csv and the history are keyed by phase, so a checkpoint redone after a crash between
-        them replaces the phase's row and record instead of adding a second one.
-        """
-        record = self._phase_record(phase)
-        record["time/phase_s"] = sum(v for k, v in record.items() if k.startswith("time/") and k.endswith("_s"))
-        if self.fabric.is_global_zero:
-            # Phase records sit after both training stages on the step axis, so W&B steps stay monotonic.
-            numeric = {k: v for k, v in record.items() if isinstance(v, (int, float))}
-            self.fabric.log_dict(numeric, step=phase * PHASE_STEPS + PHASE_STEPS - 1)
-            write_phase_row(self.layout.phases_csv, record)
-            log_phase_views(self.fabric.loggers, phase, self.layout, self.config.tracking.sample_trajectories)
-            fault_point(f"stage:{phase}:checkpoint:written")
-            self.state.history = [kept for kept in self.state.history if kept.get("phase") != phase] + [record]
-            self.state.mark(phase, "checkpoint", self.layout.state_path)
-            fault_point(f"stage:{phase}:checkpoint:marked")
-        self.fabric.barrier()
-        self.state = RunState.load(self.layout.state_path)
-
-
-def score_advantages(
-    fabric: Fabric, critic: CriticModule, data: ReplayDataModule, config: WebRLConfig
-) -> dict[str, float]:
-    """Give every step of the actor's `data` its advantage from the frozen `critic`; returns their mean and std.
-
-    The critic does not change during the actor stage, so each distinct state is scored once here
-    (`webrl.modules.advantages`) rather than twice per actor step inside it; the actor batches then carry
-    the advantages and no critic runs while the actor trains. Rank 0 keeps each step's V(s), V(s') and
-    advantage in the phase in progress's `advantages.jsonl`, for the run report.
-    """
-    samples = data.dataset.samples
-    scores = score_steps(
-        critic.requires_grad_(False).to(fabric.device),
-        samples,
-        config.actor.advantage,
-        max_length=config.model.max_length,
-        autocast=fabric.autocast(),
-    )
-    if fabric.is_global_zero:
-        layout = RunLayout(config.output_dir)
-        phase = RunState.load(layout.state_path).phase  # the actor stage runs inside the phase in progress
-        columns = (scores.value.tolist(), scores.next_value.tolist(), scores.advantage.tolist())
-        write_step_values(layout.advantages_path(phase), samples, *columns)
-    advantages = scores.advantage
-    return {
-        "actor/advantage_all_mean": advantages.mean().item(),
-        "actor/advantage_all_std": advantages.std(correction=0).item(),
-    }
-
-
-def sample_by_steps(trajectories: list[Trajectory], max_steps: int, seed: int) -> list[Trajectory]:
-    """A seeded random subset of whole trajectories holding at most `max_steps` steps (all when 0).
-
-    Scoring every stored step under the current actor is the replay filter's cost; on a CPU run a
-    sample keeps it bounded while the kept steps still come from the whole buffer.
-    """
-    if not max_steps or sum(len(t.steps) for t in trajectories) <= max_steps:
-        return trajectories
-    order = list(trajectories)
-    random.Random(seed).shuffle(order)
-    chosen, total = [], 0
-    for trajectory in order:
-        if total + len(trajectory.steps) > max_steps:
-            continue
-        chosen.append(trajectory)
-        total += len(trajectory.steps)
-    return chosen
+        """Close the phase: its record to W&B, phases.csv and run_state.json (`webrl.phase_record.close_phase`)."""
+        sample_trajectories = self.config.tracking.sample_trajectories
+        self.state = close_phase(self.fabric, self.state, self.layout, phase, sample_trajectories)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -220,7 +219,7 @@ class ORMDataBuilder:
             evaluation=evaluation,
             seed=self.config.seed,
             concurrency=concurrency,
-            progress=sys.stderr.isatty(),
+            progress=fabric.is_global_zero,  # a bar on a terminal, a periodic line elsewhere
         )
         return _tagged(gather_objects(fabric, trajectories), name)
 

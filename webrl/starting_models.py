@@ -16,7 +16,6 @@ import hashlib
 import json
 import logging
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,13 @@ def cache_key(*parts: Any) -> str:
 
 
 def collect_demonstrations(
-    env: WebEnvironment, out_path: Path, limit: int, concurrency: int, tokenizer: Any = None
+    env: WebEnvironment,
+    out_path: Path,
+    limit: int,
+    concurrency: int,
+    tokenizer: Any = None,
+    *,
+    progress: bool = True,
 ) -> list[Trajectory]:
     """Reference-solver trajectories on the train split (or a seeded sample of `limit` tasks); the successes.
 
@@ -53,7 +58,8 @@ def collect_demonstrations(
     Every episode is appended to `out_path` as it ends, so an interrupted collection resumes where it
     stopped; once all are in, each is labelled with its outcome and the file is rewritten in task order,
     with a `.done` marker beside it. Tasks the solver fails (there should be none) are reported and
-    left out, not allowed to become demonstrations.
+    left out, not allowed to become demonstrations. `progress` shows the episodes' progress (a bar on a
+    terminal, a periodic line elsewhere: `webrl.progress`); ranks other than 0 pass False.
     """
     done_marker = out_path.with_name(out_path.name + ".done")
     if not done_marker.exists():
@@ -69,7 +75,7 @@ def collect_demonstrations(
             evaluation=True,
             seed=env.config.seed,
             concurrency=concurrency,
-            progress=sys.stderr.isatty(),  # the episode bar on a terminal only, as tqdm's disable=None decides
+            progress=progress,
         )
         for trajectory in trajectories:
             _label_with_outcome(trajectory)
@@ -136,7 +142,8 @@ def ensure_demonstrations(config: WebRLConfig, fabric: Fabric, env: WebEnvironme
     path = demonstrations_path(config, tokenizer)
     if fabric.is_global_zero:
         fabric.print(f"[sft] demonstrations: {path} (the reference solver runs once, then it is cached)")
-    return path, collect_demonstrations(env, path, config.sft.demo_tasks, config.sft.demo_concurrency, tokenizer)
+    demo_tasks, concurrency = config.sft.demo_tasks, config.sft.demo_concurrency
+    return path, collect_demonstrations(env, path, demo_tasks, concurrency, tokenizer, progress=fabric.is_global_zero)
 
 
 def suite_fingerprint(config: WebRLConfig) -> str:

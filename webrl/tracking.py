@@ -78,8 +78,14 @@ def effective_wandb_mode(mode: str) -> str:
     return mode
 
 
-def build_loggers(run_dir: Path, tracking: TrackingConfig, config: dict[str, Any], run_name: str) -> list[Any]:
-    """CSV always; W&B unless its mode is "disabled". Resumed runs reuse the W&B run id saved in run_dir."""
+def build_loggers(
+    run_dir: Path, tracking: TrackingConfig, config: dict[str, Any], run_name: str, *, primary: bool = True
+) -> list[Any]:
+    """CSV always; W&B unless its mode is "disabled". Resumed runs reuse the W&B run id saved in run_dir.
+
+    Only the `primary` process (the future rank 0) starts the W&B run and saves its id: the others
+    never log, and under torchrun or srun they start beside it on the same directory.
+    """
     tracking.validate()
     # A new version directory per launch: a resumed run adds metrics/version_N+1 instead of overwriting.
     loggers: list[Any] = [CSVLogger(root_dir=str(run_dir), name="metrics")]
@@ -102,7 +108,7 @@ def build_loggers(run_dir: Path, tracking: TrackingConfig, config: dict[str, Any
         resume="allow",
         config=config,
     )
-    if run_id is None:
+    if run_id is None and primary:
         write_text_atomic(id_file, logger.experiment.id)
     loggers.append(logger)
     return loggers

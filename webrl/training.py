@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 from lightning.fabric import Fabric
-from tqdm.auto import tqdm
 
 from webrl.config_checks import at_least, one_of, positive, within
 from webrl.data.atomic_io import publish_dir, write_json_atomic
+from webrl.progress import progress_bar
 
 SCHEDULES = ("constant", "cosine")
 DONE_MARKER = "webrl_done.json"
@@ -134,7 +134,7 @@ def train_module(
     count = 0
     tokens = 0
     started = time.perf_counter()
-    bar = tqdm(total=total_batches, desc=name, disable=not (progress and fabric.is_global_zero), leave=False)
+    bar = progress_bar(total=total_batches, desc=name, unit="batch", enabled=progress and fabric.is_global_zero)
     module.train()
     batch_index = 0
     while batch_index < total_batches:

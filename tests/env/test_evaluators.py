@@ -118,17 +118,19 @@ def test_types_combine_by_product(run, pool, backend, pages):
     assert (result.score, result.per_type) == (0.0, {"url_match": 1.0, "string_match": 0.0})
 
 
+async def _exit_shipped_then_evaluate(pool, task, backend):
+    """Run `task` to an answer of "shipped", then evaluate it; the reward and the trajectory."""
+    async with pool.episode(task, backend) as ep:
+        await ep.reset()
+        await ep.step('exit(message="shipped")')
+        return await ep.evaluate(), ep.trajectory
+
+
 def test_episode_evaluate_records_reward_and_detail(run, pool, backend, pages):
     block = {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["shipped"]}}
     (task,) = load_tasks([page_task("page2.html", eval_block=block).to_dict()], {"__PAGES__": pages.url})
 
-    async def scenario():
-        async with pool.episode(task, backend) as ep:
-            await ep.reset()
-            await ep.step('exit(message="shipped")')
-            return await ep.evaluate(), ep.trajectory
-
-    reward, trajectory = run(scenario())
+    reward, trajectory = run(_exit_shipped_then_evaluate(pool, task, backend))
     # No judge configured: the evaluator does not guess, the ORM will decide.
     assert reward is None and trajectory.eval_reward is None
     assert trajectory.metadata["eval"] == {"per_type": {"string_match": 0.0}, "needs_judge": True}
@@ -182,13 +184,7 @@ def test_an_evaluator_that_fails_ends_its_episode_as_error(run, pool, pages, eva
     (task,) = load_tasks([page_task("page2.html", eval_block=eval_block).to_dict()], {"__PAGES__": pages.url})
     backend = WebArenaBackend({"__PAGES__": pages.url}, judge=judge)
 
-    async def scenario():
-        async with pool.episode(task, backend) as ep:
-            await ep.reset()
-            await ep.step('exit(message="shipped")')
-            return await ep.evaluate(), ep.trajectory
-
-    reward, trajectory = run(scenario())
+    reward, trajectory = run(_exit_shipped_then_evaluate(pool, task, backend))
     assert reward is None and trajectory.eval_reward is None
     assert trajectory.status == "error" and trajectory.metadata["ended_as"] == "exit"
     assert trajectory.error.startswith(f"evaluation failed: {reason}")

@@ -12,13 +12,12 @@ from sample_records import build_trajectory
 from webrl.data.datamodule import ReplayDataModule
 from webrl.data.step_values import read_step_values, write_step_values
 from webrl.data.steps import trajectory_to_samples
-from webrl.loop import score_advantages
 from webrl.loop_config import WebRLConfig
 from webrl.modules.advantages import precompute_advantages, state_values
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import load_model_and_tokenizer
+from webrl.phase_training import score_advantages
 from webrl.run_layout import RunLayout
-from webrl.run_state import RunState
 
 MAX_LENGTH = 256
 
@@ -27,7 +26,6 @@ def test_the_recorded_advantages_are_the_ones_precomputed_for_the_actor(tmp_path
     config = WebRLConfig(output_dir=str(tmp_path))
     config.model.max_length = MAX_LENGTH
     layout = RunLayout(tmp_path)
-    RunState(phase=2, done=["curriculum", "rollouts", "labels", "replay", "critic"]).save(layout.state_path)
     _, tokenizer = load_model_and_tokenizer(tiny_dir)
     current = [
         build_trajectory("win", num_steps=3, outcome=1.0, phase=2),
@@ -40,11 +38,13 @@ def test_the_recorded_advantages_are_the_ones_precomputed_for_the_actor(tmp_path
     torch.manual_seed(0)
     critic = CriticModule(tiny_dir, max_length=MAX_LENGTH)
 
-    metrics = score_advantages(Fabric(accelerator="cpu", devices=1), critic, data, config)
+    metrics = score_advantages(
+        Fabric(accelerator="cpu", devices=1), critic, data, config, values_path=layout.advantages_path(2)
+    )
 
     expected = precompute_advantages(critic, untouched, config.actor.advantage, max_length=MAX_LENGTH)
     values = state_values(critic, untouched, max_length=MAX_LENGTH)
-    recorded = read_step_values(layout.advantages_path(2))  # the phase in progress
+    recorded = read_step_values(layout.advantages_path(2))
     assert sorted(recorded) == sorted((s.trajectory_id, s.step_index) for s in untouched) and len(recorded) == 7
     for sample, advantage in zip(untouched, expected.tolist(), strict=True):
         record = recorded[(sample.trajectory_id, sample.step_index)]

@@ -39,7 +39,9 @@ def test_missing_config_file_is_one_line_naming_it(tmp_path):
     missing = tmp_path / "missing.yaml"
     with pytest.raises(SystemExit) as exit_info:
         recipe_config(["--config", str(missing)])
-    assert exit_info.value.code == f"config error: config file not found: {missing}"
+    message = exit_info.value.code
+    assert message.startswith(f"config error: config file not found: {missing} (neither a file nor a packaged config: ")
+    assert "webrl_tiny" in message and "webrl_smollm2" in message and "\n" not in message
 
 
 def test_filtered_bc_config_is_the_run_config_plus_its_own_section():

@@ -1,7 +1,7 @@
 """One phase's curriculum step as the loop runs it: load the state, propose, save, top up.
 
 Kept out of `PhaseLoop` so that the loop only says where things live; everything here takes the
-pieces it needs (directories, task lists, callables), not the loop or the run's config.
+pieces it needs (the run's layout, task lists, callables), not the loop or the run's config.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from webrl.curriculum.curriculum import Critic, Curriculum, Reinstantiate
 from webrl.curriculum.state import STATE_FILE, CurriculumState
 from webrl.data.trajectory import Task, Trajectory
 from webrl.inference.engine import InferenceEngine, build_engine
+from webrl.run_layout import RunLayout
 
 
 def needs_generator(config: CurriculumConfig) -> bool:
@@ -80,3 +81,40 @@ def phase_tasks(
     result = curriculum.propose(phase, previous_labelled, critic=critic)
     curriculum.state.save(phase_dir)
     return result.tasks, result.metrics
+
+
+def propose_phase_tasks(
+    config: CurriculumConfig,
+    phase: int,
+    layout: RunLayout,
+    *,
+    generator: Callable[[], InferenceEngine],
+    pool: Sequence[Task],
+    reinstantiate: Reinstantiate | None,
+    start_observation: Callable[[Task], str] | None,
+    critic: Callable[[], Critic] | None,
+    seed: int,
+) -> tuple[list[Task], dict[str, float]]:
+    """Phase `phase`'s tasks (phase 1 on) and metrics: proposed from phase `phase - 1`'s run, topped up from `pool`.
+
+    `generator` and `critic` build the generator engine and the critic's scorer (None: no critic trained
+    yet); the generator is built only when the curriculum's mode or judge needs one, loading a model
+    costs seconds to minutes. `pool` is the whole training split, `seed` the top-up's.
+    """
+    engine = generator() if needs_generator(config) else None
+    tasks, metrics = phase_tasks(
+        config,
+        phase,
+        previous_dir=layout.phase_dir(phase - 1),
+        phase_dir=layout.phase_dir(phase),
+        first_tasks=layout.tasks(0),
+        previous_labelled=layout.labelled(phase - 1),
+        generator=engine,
+        reinstantiate=reinstantiate,
+        start_observation=start_observation,
+        critic=critic() if critic is not None else None,
+    )
+    proposed = len(tasks)
+    used = {task.intent for earlier in range(phase) for task in layout.tasks(earlier)}
+    tasks = top_up(tasks, wanted=config.tasks_per_phase, pool=pool, used=used, seed=seed)
+    return tasks, {**metrics, "curriculum/topped_up": float(len(tasks) - proposed)}

@@ -19,7 +19,7 @@ point. The points are
   (`write:phase_001/critic.pt`, `write:run_state.json`), after the temp file is complete and fsynced
   and before it is renamed into place; the first matching write in the process faults;
 - `stage:<phase>:<stage>:written`: the stage's outputs and metrics are written, the stage is not yet
-  marked done in run_state.json (`webrl.loop`);
+  marked done in run_state.json (`webrl.phase_record`);
 - `stage:<phase>:<stage>:marked`: the stage is marked done and the next one has not started.
 With `WEBRL_FAULT_LOG=<file>` set, every point reached is appended to that file, one per line, so a
 test can list the points of a whole run and then fault at each in turn. With neither set, a point

@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.trajectory import Step, Task, Trajectory, TrajectoryWriter
 from webrl.env.browser import BrowserConfig, BrowserPool
@@ -42,6 +40,7 @@ from webrl.env.limits import EpisodeLimits
 from webrl.env.observation import ObservationConfig
 from webrl.inference.engine import Completion, InferenceEngine, SamplingParams
 from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics
+from webrl.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +272,7 @@ async def collect_rollouts(
         batcher, pool, backend, prompt_builder, limits=limits or EpisodeLimits(), observation=observation, phase=phase
     )
     slots = asyncio.Semaphore(concurrency)
-    bar = tqdm(total=len(tasks), desc="rollouts", unit="ep", disable=not progress)
+    bar = progress_bar(total=len(tasks), desc="rollouts", unit="ep", enabled=progress)
     finished: list[Trajectory] = []
 
     async def one(task: Task) -> Trajectory:

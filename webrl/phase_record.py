@@ -1,0 +1,66 @@
+"""What a phase leaves behind besides its outputs: each stage's metrics, marked done, and the phase's record.
+
+Kept apart from `PhaseLoop` (which decides what runs) because this is the part a crash must not tear:
+each writer saves first and marks done after (`run_state.json`), with a `WEBRL_FAULT` point between the
+two for the crash tests (`webrl.data.atomic_io.fault_point`). Both run on rank 0 and end with a barrier
+after which every rank reads the new state, so both return that state.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lightning.fabric import Fabric
+
+from webrl.data.atomic_io import fault_point, write_json_atomic
+from webrl.run_layout import RunLayout
+from webrl.run_state import RunState
+from webrl.tracking import log_phase_views, write_phase_row
+
+PHASE_STEPS = 100_000
+"""Width of a phase on the logged step axis: critic steps, then actor steps from the middle, then the record."""
+
+
+def finish_stage(
+    fabric: Fabric, state: RunState, layout: RunLayout, phase: int, stage: str, metrics: dict[str, float]
+) -> RunState:
+    """Save the stage's metrics, then mark it done (rank 0), then let every rank see the new state."""
+    if fabric.is_global_zero:
+        write_json_atomic(layout.metrics_path(phase, stage), metrics)
+        fault_point(f"stage:{phase}:{stage}:written")
+        state.mark(phase, stage, layout.state_path)
+        fault_point(f"stage:{phase}:{stage}:marked")
+    fabric.barrier()
+    return RunState.load(layout.state_path)
+
+
+def phase_record(layout: RunLayout, phase: int) -> dict[str, Any]:
+    """The phase's number and every metric its stages saved, in stage-file name order."""
+    record: dict[str, Any] = {"phase": phase}
+    for path in sorted(layout.metrics_dir(phase).glob("*.json")):
+        record.update(json.loads(path.read_text(encoding="utf-8")))
+    return record
+
+
+def close_phase(fabric: Fabric, state: RunState, layout: RunLayout, phase: int, sample_trajectories: int) -> RunState:
+    """Close the phase: its record goes to W&B, phases.csv and run_state.json, in that order.
+
+    phases.csv and the history are keyed by phase, so a checkpoint redone after a crash between
+    them replaces the phase's row and record instead of adding a second one. `sample_trajectories`
+    is how many of the phase's trajectories the tracker shows.
+    """
+    record = phase_record(layout, phase)
+    record["time/phase_s"] = sum(v for k, v in record.items() if k.startswith("time/") and k.endswith("_s"))
+    if fabric.is_global_zero:
+        # Phase records sit after both training stages on the step axis, so W&B steps stay monotonic.
+        numeric = {k: v for k, v in record.items() if isinstance(v, (int, float))}
+        fabric.log_dict(numeric, step=phase * PHASE_STEPS + PHASE_STEPS - 1)
+        write_phase_row(layout.phases_csv, record)
+        log_phase_views(fabric.loggers, phase, layout, sample_trajectories)
+        fault_point(f"stage:{phase}:checkpoint:written")
+        state.history = [kept for kept in state.history if kept.get("phase") != phase] + [record]
+        state.mark(phase, "checkpoint", layout.state_path)
+        fault_point(f"stage:{phase}:checkpoint:marked")
+    fabric.barrier()
+    return RunState.load(layout.state_path)
