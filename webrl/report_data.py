@@ -21,7 +21,7 @@ from webrl.curriculum.state import STATE_FILE
 from webrl.data.replay import ReplayBuffer
 from webrl.data.step_values import StepKey, read_step_values
 from webrl.data.trajectory import Trajectory, is_success
-from webrl.evaluation.stats import wilson_interval
+from webrl.evaluation.breakdown import Rate
 from webrl.run_layout import RunLayout
 from webrl.run_state import STAGES
 
@@ -31,27 +31,6 @@ LOSS_KEYS = ("critic/loss", "actor/loss")
 """The training curves drawn: the per-batch losses the critic and actor stages log to the metrics CSV."""
 CRITIC_REASONS = ("critic_low", "critic_high")
 """The curriculum's rejection reasons of a task whose value fell outside `curriculum.value_window`."""
-
-
-@dataclass
-class Rate:
-    """`successes` of `n` with its 95 % Wilson interval."""
-
-    successes: int
-    n: int
-
-    @property
-    def value(self) -> float:
-        return self.successes / self.n if self.n else 0.0
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        return wilson_interval(self.successes, self.n)
-
-    def text(self) -> str:
-        """`8.3 % (5/60) [3.6, 18.1]`: the form the README and the recipes print."""
-        low, high = self.interval
-        return f"{100 * self.value:.1f} % ({self.successes}/{self.n}) [{100 * low:.1f}, {100 * high:.1f}]"
 
 
 def rates_by_site(trajectories: list[Trajectory], key: str) -> dict[str, Rate]:
@@ -66,7 +45,8 @@ def rates_by_site(trajectories: list[Trajectory], key: str) -> dict[str, Rate]:
             pair = counts.setdefault(site, [0, 0])
             pair[0] += hit
             pair[1] += 1
-    return {site: Rate(*pair) for site, pair in sorted(counts.items(), key=lambda item: item[0] != "all")}
+    ordered = sorted(counts.items(), key=lambda item: item[0] != "all")  # "all" first, then the sites
+    return {site: Rate(site, n=pair[1], successes=pair[0]) for site, pair in ordered}
 
 
 def orm_confusion(trajectories: list[Trajectory]) -> dict[str, int]:

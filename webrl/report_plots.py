@@ -45,8 +45,8 @@ def _svg(figure: Any) -> str:
 def _errors(rates: list[Rate]) -> list[list[float]]:
     """Asymmetric error bars (below, above) in percent from the Wilson intervals."""
     return [
-        [100 * (r.value - r.interval[0]) for r in rates],
-        [100 * (r.interval[1] - r.value) for r in rates],
+        [100 * (r.rate - r.interval[0]) for r in rates],
+        [100 * (r.interval[1] - r.rate) for r in rates],
     ]
 
 
@@ -64,18 +64,18 @@ def success_plot(figures: RunFigures, baselines: Sequence[Baseline] = ()) -> str
         figure, axes = plt.subplots(figsize=(6, 3))
         xs = [p.phase for p in phases]
         rates = [p.test["all"] for p in phases]
-        axes.errorbar(xs, [100 * r.value for r in rates], yerr=_errors(rates), marker="o", capsize=4, label="held-out")
+        axes.errorbar(xs, [100 * r.rate for r in rates], yerr=_errors(rates), marker="o", capsize=4, label="held-out")
         trained = [p for p in figures.phases if "all" in p.train]
         if trained:
-            axes.plot([p.phase for p in trained], [100 * p.train["all"].value for p in trained], "s--", label="train")
+            axes.plot([p.phase for p in trained], [100 * p.train["all"].rate for p in trained], "s--", label="train")
         for baseline in baselines:
             if baseline.checkpoint is not None:
-                axes.axhline(100 * baseline.checkpoint.value, ls="-.", lw=1, color="0.4", label=baseline.label)
+                axes.axhline(100 * baseline.checkpoint.rate, ls="-.", lw=1, color="0.4", label=baseline.label)
             else:
                 points = sorted(baseline.per_phase.items())
                 axes.plot(
                     [x for x, _ in points],
-                    [100 * r.value for _, r in points],
+                    [100 * r.rate for _, r in points],
                     ":",
                     lw=1,
                     marker=".",
@@ -97,10 +97,10 @@ def site_plot(figures: RunFigures) -> str | None:
         figure, axes = plt.subplots(figsize=(max(6, 1.3 * len(sites)), 3))
         width = 0.8 / len(phases)
         for i, phase in enumerate(phases):
-            rates = [phase.test.get(site, Rate(0, 0)) for site in sites]
+            rates = [phase.test.get(site, Rate(site, 0, 0)) for site in sites]
             xs = [j + i * width for j in range(len(sites))]
             axes.bar(
-                xs, [100 * r.value for r in rates], width, yerr=_errors(rates), capsize=2, label=f"phase {phase.phase}"
+                xs, [100 * r.rate for r in rates], width, yerr=_errors(rates), capsize=2, label=f"phase {phase.phase}"
             )
         axes.set_xticks([j + 0.4 - width / 2 for j in range(len(sites))], sites)
         axes.set(ylabel="success %", ylim=(0, 100))

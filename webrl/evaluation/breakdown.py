@@ -46,6 +46,11 @@ class Rate:
         low, high = self.interval
         return {"n": self.n, "successes": self.successes, "rate": self.rate, "low": low, "high": high}
 
+    def text(self) -> str:
+        """`8.3 % (5/60) [3.6, 18.1]`: the form the README, the recipes and the run report print."""
+        low, high = self.interval
+        return f"{100 * self.rate:.1f} % ({self.successes}/{self.n}) [{100 * low:.1f}, {100 * high:.1f}]"
+
 
 @dataclass(frozen=True)
 class TemplateRate:
