@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -82,6 +83,14 @@ def test_gymnasium_check_env_passes(env):
     check_env(env.unwrapped, skip_render_check=True)
 
 
+def test_gymnasium_check_env_passes_on_miniwob():
+    env = gymnasium.make("webrl/miniwob-v0", miniwob=["click-button", "enter-text"])
+    try:
+        check_env(env.unwrapped, skip_render_check=True)
+    finally:
+        env.close()
+
+
 def test_max_steps_truncates_and_close_leaves_no_process(url_map):
     before = _descendants()
     env = gymnasium.make("webrl/embedded-v0", split="test", url_map=url_map, max_steps=2)
@@ -98,6 +107,32 @@ def test_max_steps_truncates_and_close_leaves_no_process(url_map):
     while set(_descendants()) & started and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not set(_descendants()) & started, "Chromium or Playwright's driver outlived close()"
+
+
+def test_webarena_format_configs_run_on_the_sites_they_name(url_map, tmp_path):
+    """A WebArena config file of one's own, its `__SHOPPING__` start page served by the embedded storefront."""
+    config = {
+        "sites": ["shopping"],
+        "task_id": 7,
+        "require_login": False,
+        "storage_state": None,
+        "start_url": "__SHOPPING__",
+        "intent": "What is the price of Bamboo Teddy Bear?",
+        "eval": {"eval_types": ["string_match"], "reference_answers": {"must_include": ["139.25"]}},
+    }
+    (tmp_path / "7.json").write_text(json.dumps(config))
+    env = gymnasium.make("webrl/webarena-v0", config_files=tmp_path, url_map=url_map)
+    try:
+        assert env.unwrapped.task_ids == ["7"]
+        observation, info = env.reset(options={"task_id": "7"})
+        assert info["url"].startswith(url_map["__SHOPPING__"]) and "Bamboo Teddy Bear" in info["prompt"]
+        _, reward, terminated, _, info = env.step('exit(message="It costs $139.25")')
+        assert (reward, terminated, info["status"]) == (1.0, True, "exit")
+        env.reset(options={"task_id": "7"})
+        _, reward, terminated, _, _ = env.step('exit(message="It costs $99.99")')
+        assert (reward, terminated) == (0.0, True)
+    finally:
+        env.close()
 
 
 def test_miniwob_episode_ends_on_the_site_with_reward_one():
