@@ -2,17 +2,20 @@
 
 A policy is any function from (observation, info) to one response in WebRL's action language;
 `info["prompt"]` is the whole WebRL actor prompt, so an LLM policy is `lambda obs, info: llm(info["prompt"])`.
-Two policies ship here: the embedded sites' reference solver (reward 1 on every task) and one that
-answers at once without looking (reward 0 on nearly every task).
+Three policies ship here: the embedded sites' reference solver (reward 1 on every task), one that answers at
+once without looking (reward 0 on nearly every task), and an LLM agent behind any OpenAI-compatible server
+(`vllm serve`, SGLang, a hosted API; the key comes from OPENAI_API_KEY).
 
     python examples/gym_policy.py                                  # 5 test tasks, reference solver
     python examples/gym_policy.py --policy exit --episodes 10
     python examples/gym_policy.py --suite miniwob --episodes 4     # MiniWoB++'s scripted policy
+    python examples/gym_policy.py --policy openai --base-url http://127.0.0.1:8000/v1 --model MODEL [--chat]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +23,7 @@ import gymnasium
 
 from webrl.env import MiniWoBScriptedPolicy  # importing webrl.env registers the webrl/* ids
 from webrl.env.sites import ReferenceSolver
+from webrl.inference import OpenAIEngine, SamplingParams
 
 Policy = Callable[[str, dict[str, Any]], str]
 
@@ -45,6 +49,15 @@ def exit_policy(env: gymnasium.Env) -> Policy:
     return lambda observation, info: 'exit(message="I do not know")'
 
 
+def openai_policy(args: argparse.Namespace) -> Policy:
+    """The served model answers each step's WebRL prompt (a chat model gets it as one user message)."""
+    engine = OpenAIEngine(
+        args.base_url, args.model, mode="chat" if args.chat else "completion", api_key=os.environ.get("OPENAI_API_KEY")
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+    return lambda observation, info: engine.generate([info["prompt"]], params)[0].text
+
+
 def run_episode(env: gymnasium.Env, policy: Policy, seed: int) -> tuple[float, int, str]:
     """One episode; returns the final reward, the number of steps and how it ended."""
     observation, info = env.reset(seed=seed)
@@ -58,16 +71,25 @@ def run_episode(env: gymnasium.Env, policy: Policy, seed: int) -> tuple[float, i
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--suite", choices=["embedded", "miniwob"], default="embedded")
-    parser.add_argument("--policy", choices=["reference", "exit"], default="reference")
+    parser.add_argument("--policy", choices=["reference", "exit", "openai"], default="reference")
     parser.add_argument("--episodes", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-steps", type=int, default=30, help="steps before an episode is truncated")
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="the OpenAI-compatible server")
+    parser.add_argument("--model", default=None, help="served model name (default: the server's first)")
+    parser.add_argument("--chat", action="store_true", help="chat completions instead of plain completions")
+    parser.add_argument("--max-tokens", type=int, default=256, help="tokens per response of the served model")
     args = parser.parse_args(argv)
     if args.suite == "embedded":
-        env = gymnasium.make("webrl/embedded-v0", split="test")
+        env = gymnasium.make("webrl/embedded-v0", split="test", max_steps=args.max_steps)
     else:
-        env = gymnasium.make("webrl/miniwob-v0", miniwob=list(MiniWoBScriptedPolicy.SUPPORTED_TASKS))
-    scripted = reference_policy if args.suite == "embedded" else miniwob_policy
-    policy = (scripted if args.policy == "reference" else exit_policy)(env)
+        tasks = list(MiniWoBScriptedPolicy.SUPPORTED_TASKS)
+        env = gymnasium.make("webrl/miniwob-v0", miniwob=tasks, max_steps=args.max_steps)
+    if args.policy == "openai":
+        policy = openai_policy(args)
+    else:
+        scripted = reference_policy if args.suite == "embedded" else miniwob_policy
+        policy = (scripted if args.policy == "reference" else exit_policy)(env)
     total = 0.0
     with env:
         for episode in range(args.episodes):

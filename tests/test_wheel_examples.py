@@ -72,13 +72,15 @@ def test_the_wheel_is_what_runs_and_ships_the_configs(installed, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("example", "expected"),
+    ("example", "args", "expected"),
     [
-        ("text_task_training.py", "actor parameters:"),
-        ("orm_custom_judge.py", "add 2 and 3 -> answer 6: P(YES) ="),
+        ("text_task_training.py", ("--out", "out"), "actor parameters:"),
+        ("orm_custom_judge.py", ("--out", "out"), "add 2 and 3 -> answer 6: P(YES) ="),
+        # The reference solver on two test tasks of the embedded sites, which the env starts and stops itself.
+        ("gym_policy.py", ("--episodes", "2"), "mean reward 1.00 over 2 episodes"),
     ],
 )
-def test_an_example_runs_on_the_wheel_from_outside_the_checkout(installed, tmp_path, example, expected):
+def test_an_example_runs_on_the_wheel_from_outside_the_checkout(installed, tmp_path, example, args, expected):
     shutil.copy(ROOT / "examples" / example, tmp_path / example)
-    out = run_outside(installed, tmp_path, example, "--out", str(tmp_path / "out"))
+    out = run_outside(installed, tmp_path, example, *args)
     assert expected in out
