@@ -1,22 +1,17 @@
 """OpenAIEngine against a REAL local server: vLLM's own OpenAI API server on the tiny model.
 
-The server is started once for the module as a subprocess on 127.0.0.1 (bounded wait, its log
-shown on failure) and stopped at the end. A chat template is passed on the command line, since
+The server is started once for the module (`openai_server.vllm_server`: a subprocess on 127.0.0.1, bounded
+wait, its log shown on failure) and stopped at the end. A chat template is passed on the command line, since
 the tiny tokenizer has none; it writes BOS itself, as chat templates do.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+from openai_server import free_port, vllm_server
 
 from webrl.inference.engine import SamplingParams
 from webrl.inference.hf import HFEngine
@@ -28,51 +23,14 @@ CHAT_TEMPLATE = (
     "{{ m['content'] }}<|eot_id|>{% endfor %}"
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n{% endif %}"
 )
-STARTUP_LIMIT_S = 420
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("server")
     (work / "chat.jinja").write_text(CHAT_TEMPLATE)
-    port = _free_port()
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "1024"]
-    command += ["--enforce-eager", "--chat-template", str(work / "chat.jinja")]
-    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    log = (work / "server.log").open("w")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + STARTUP_LIMIT_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(
-                    f"vLLM server exited with {process.returncode}:\n{(work / 'server.log').read_text()[-3000:]}"
-                )
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM server not up in {STARTUP_LIMIT_S}s:\n{(work / 'server.log').read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
+    with vllm_server(tiny_model_dir, work, "--chat-template", str(work / "chat.jinja")) as base_url:
         yield base_url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        log.close()
 
 
 @pytest.mark.vllm
@@ -124,7 +82,7 @@ def test_chat_mode_sends_system_and_user_messages(server, tiny_model_dir, greedy
 
 
 def test_an_unreachable_server_is_an_error_naming_it() -> None:
-    url = f"http://127.0.0.1:{_free_port()}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(EngineRequestError, match=f"{url}: cannot list models"):
         OpenAIEngine(url, max_retries=0, timeout_s=5)
     engine = OpenAIEngine(url, model="m", max_retries=1, timeout_s=5)
