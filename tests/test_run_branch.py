@@ -227,7 +227,7 @@ def test_a_branch_after_the_last_checkpoint_copies_every_file_but_tracking_and_t
 
 
 def test_a_relaunched_branch_records_a_change_from_its_phase_and_runs_only_the_later_stages(
-    source, tmp_path, monkeypatch
+    source, tmp_path, monkeypatch, capsys
 ):
     branched = RunBranch(source.root, 1, "critic").write(tmp_path / "branch")
 
@@ -242,6 +242,11 @@ def test_a_relaunched_branch_records_a_change_from_its_phase_and_runs_only_the_l
         webrl.main([*argv, "resume.allow_changes=[actor.train.lr]"])
     changes = json.loads(branched.config_changes_path.read_text())
     assert changes[-1] == {"from_phase": 1, "changes": {"actor.train.lr": [0.0001, 0.0003]}}
+    capsys.readouterr()
+    webrl.main(["--dry-run", *argv, "resume.allow_changes=[actor.train.lr]"])
+    plan = capsys.readouterr().out
+    assert f"branched from {source.root.resolve()} after phase 1's critic" in plan
+    assert "phase 1: done curriculum, rollouts, labels, replay, critic; next actor" in plan
 
     calls: list[tuple[int, str]] = []
     writing_loop(branched.root, calls).run()
