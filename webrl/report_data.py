@@ -220,7 +220,7 @@ def _replay_stats(layout: RunLayout) -> dict[int, dict[str, Any]]:
 def _losses(root: Path) -> dict[str, list[tuple[int, float]]]:
     """The loss columns of `metrics/version_*/metrics.csv` (one file per launch), merged and sorted by step."""
     out: dict[str, dict[int, float]] = {key: {} for key in LOSS_KEYS}
-    for path in sorted(root.glob("metrics/version_*/metrics.csv")):
+    for path in RunLayout(root).launch_logs():
         try:
             with path.open(newline="", encoding="utf-8") as handle:
                 for row in csv.DictReader(handle):

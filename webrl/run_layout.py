@@ -3,7 +3,8 @@
 The loop writes these files, and the dry-run plan, the baselines, the recipes and the tests read
 them; they all go through a RunLayout, so a file's name cannot drift between its writer and its readers.
 
-    <run>/config.json, config_changes.json, run_state.json, phases.csv, replay/
+    <run>/config.json, config_changes.json, run_state.json, phases.csv, replay/, wandb_run_id.txt,
+          metrics/version_N/metrics.csv (one per launch), branched_from.json (`webrl.run_branch`)
     <run>/phase_NNN/tasks.json, rollouts.rankR.jsonl, labelled.jsonl, replay_samples.jsonl, replay_scores.json,
                     critic.pt, advantages.jsonl, actor/, eval.rankR.jsonl, metrics/<stage>.json
 """
@@ -46,6 +47,24 @@ class RunLayout:
     def replay_dir(self) -> Path:
         return self.root / "replay"
 
+    @property
+    def wandb_run_id_path(self) -> Path:
+        """The W&B run id, saved by the first launch so that a resume logs to the same W&B run."""
+        return self.root / "wandb_run_id.txt"
+
+    @property
+    def launch_logs_dir(self) -> Path:
+        """Fabric's CSV logger: `version_N/metrics.csv` per launch, the training stages' step-wise metrics."""
+        return self.root / "metrics"
+
+    def launch_logs(self) -> list[Path]:
+        return sorted(self.launch_logs_dir.glob("version_*/metrics.csv"))
+
+    @property
+    def branch_path(self) -> Path:
+        """Where a branched run names the run and the stage it was branched from (`webrl.run_branch`)."""
+        return self.root / "branched_from.json"
+
     # ---------------------------------------------------------------------------------------------- phase files
     def phase_dir(self, phase: int) -> Path:
         return self.root / phase_name(phase)
@@ -58,6 +77,13 @@ class RunLayout:
 
     def eval_path(self, phase: int, rank: int) -> Path:
         return self.phase_dir(phase) / f"eval.rank{rank}.jsonl"
+
+    def rollouts_paths(self, phase: int) -> list[Path]:
+        """Every rank's rollouts file of `phase` (as many as the world size that ran it)."""
+        return sorted(self.phase_dir(phase).glob("rollouts.rank*.jsonl"))
+
+    def eval_paths(self, phase: int) -> list[Path]:
+        return sorted(self.phase_dir(phase).glob("eval.rank*.jsonl"))
 
     def labelled_path(self, phase: int) -> Path:
         return self.phase_dir(phase) / "labelled.jsonl"
@@ -92,16 +118,17 @@ class RunLayout:
 
     def rollouts(self, phase: int) -> list[Trajectory]:
         """Every rank's rollouts of `phase`, in task order (the shards' split depends on the world size)."""
-        return self._read_ranks(phase, "rollouts")
+        return self._read_ranks(self.rollouts_paths(phase))
 
     def evaluations(self, phase: int) -> list[Trajectory]:
-        return self._read_ranks(phase, "eval")
+        return self._read_ranks(self.eval_paths(phase))
 
     def labelled(self, phase: int) -> list[Trajectory]:
         return read_trajectories(self.labelled_path(phase))
 
-    def _read_ranks(self, phase: int, prefix: str) -> list[Trajectory]:
+    @staticmethod
+    def _read_ranks(paths: list[Path]) -> list[Trajectory]:
         out: list[Trajectory] = []
-        for path in sorted(self.phase_dir(phase).glob(f"{prefix}.rank*.jsonl")):
+        for path in paths:
             out.extend(read_trajectories(path))
         return sorted(out, key=lambda t: t.task.task_id)

@@ -6,6 +6,7 @@ phases and stages are done, which come next, and on which tasks each phase rolls
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,8 @@ def _phase_status(state: RunState, phase: int) -> str:
 def describe_plan(config: WebRLConfig, changes: dict[str, tuple[Any, Any]] | None) -> str:
     """The plan as text; `changes` is `check_run_config`'s answer (None: the directory has no config.json)."""
     run_dir = Path(config.output_dir)
-    state = RunState.load(RunLayout(run_dir).state_path)
+    layout = RunLayout(run_dir)
+    state = RunState.load(layout.state_path)
     if changes is None:
         directory = "new (config.json would be written)"
     elif changes:
@@ -57,6 +59,9 @@ def describe_plan(config: WebRLConfig, changes: dict[str, tuple[Any, Any]] | Non
         f"run directory {run_dir}: {directory}",
         f"starting actor: {starts}; rollouts with {config.rollout.engine}",
     ]
+    if layout.branch_path.is_file():
+        branch = json.loads(layout.branch_path.read_text(encoding="utf-8"))
+        lines.insert(2, f"branched from {branch['source']} after phase {branch['phase']}'s {branch['after']}")
     if config.reward.orm_labels:
         lines.append(f"ORM: {config.model.orm or f'trained once, cached under {config.model.cache_dir}'}")
     for phase in range(config.phases + 1):

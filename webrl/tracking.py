@@ -88,14 +88,15 @@ def build_loggers(
     """
     tracking.validate()
     # A new version directory per launch: a resumed run adds metrics/version_N+1 instead of overwriting.
-    loggers: list[Any] = [CSVLogger(root_dir=str(run_dir), name="metrics")]
+    layout = RunLayout(run_dir)
+    loggers: list[Any] = [CSVLogger(root_dir=str(run_dir), name=layout.launch_logs_dir.name)]
     mode = effective_wandb_mode(tracking.wandb_mode)
     if mode == "disabled":
         return loggers
     from lightning.pytorch.loggers import WandbLogger
 
     os.environ["WANDB_MODE"] = mode
-    id_file = run_dir / "wandb_run_id.txt"
+    id_file = layout.wandb_run_id_path
     run_id = id_file.read_text().strip() if id_file.exists() else None
     save_dir = tracking.wandb_dir or str(run_dir)
     Path(save_dir).mkdir(parents=True, exist_ok=True)
