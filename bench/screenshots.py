@@ -6,8 +6,10 @@ rollout as the loop runs it. `solver`: the reference solver, whose step costs no
 case, where nothing hides the capture. The same test tasks of the embedded sites run with screenshots
 off and on (evaluation episodes: every one recorded; training rollouts record `train_fraction` of them),
 in alternating order so that a load change on a shared machine hits both alike. Reported per driver:
-steps/s each way, the overhead in % of rollout wall time, the mean capture time per screenshot (taken
-while the model writes the next response, so it is hidden in a model rollout), the mean and largest
+steps/s each way, the overhead in % of rollout wall time (and per round: on a machine shared with
+other jobs the rounds scatter), CPU seconds per step of this process and its children (Chromium, the
+sites server) each way, the figure contention distorts least, the mean capture time per screenshot
+(taken while the model writes the next response, so hidden in a model rollout), the mean and largest
 file size. Printed and written to bench/results/screenshots.json. Target: overhead < 10 %.
 
     python bench/screenshots.py
@@ -26,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.limits import EpisodeLimits
@@ -37,6 +41,18 @@ from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import RolloutConfig
 
 RESULTS = Path(__file__).resolve().parent / "results" / "screenshots.json"
+
+
+def tree_cpu() -> float:
+    """CPU seconds (user + system) of this process and its live descendants (Chromium, the sites server)."""
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            continue
+    return total
 
 
 def tiny_actor(directory: Path, tasks: list[Any], concurrency: int) -> InferenceEngine:
@@ -76,27 +92,31 @@ def measure(
                 progress=False,
             )
 
-    started = time.perf_counter()
+    cpu_before, started = tree_cpu(), time.perf_counter()
     result = asyncio.run(rollouts())
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, tree_cpu() - cpu_before
     steps = sum(len(t.steps) for t in result.trajectories)
     shots = [p for t in result.trajectories for p in t.metadata.get("screenshots", []) if p]
     capture = sum(t.metadata.get("screenshot_s", 0.0) for t in result.trajectories)
     sizes = [(recorder.directory / p).stat().st_size for p in shots] if recorder else []
-    return {"seconds": seconds, "steps": steps, "shots": len(shots), "capture_s": capture, "sizes": sizes}
+    return {"seconds": seconds, "cpu_s": cpu, "steps": steps, "shots": len(shots), "capture_s": capture, "sizes": sizes}
 
 
 def figures(runs: dict[str, list[dict]]) -> dict:
     totals = {
-        mode: {k: sum(r[k] for r in rs) for k in ("seconds", "steps", "shots", "capture_s")}
+        mode: {k: sum(r[k] for r in rs) for k in ("seconds", "cpu_s", "steps", "shots", "capture_s")}
         for mode, rs in runs.items()
     }
     sizes = [s for r in runs["on"] for s in r["sizes"]]
     rate = {mode: t["steps"] / t["seconds"] for mode, t in totals.items()}
+    cpu = {mode: t["cpu_s"] / t["steps"] for mode, t in totals.items()}
     return {
         "steps_per_s_off": round(rate["off"], 2),
         "steps_per_s_on": round(rate["on"], 2),
         "overhead_pct": round(100 * (rate["off"] / rate["on"] - 1), 1),
+        "cpu_s_per_step_off": round(cpu["off"], 3),
+        "cpu_s_per_step_on": round(cpu["on"], 3),
+        "cpu_overhead_pct": round(100 * (cpu["on"] / cpu["off"] - 1), 1),
         "capture_ms_mean": round(1000 * totals["on"]["capture_s"] / max(1, totals["on"]["shots"]), 1),
         "screenshots": totals["on"]["shots"],
         "steps": totals["on"]["steps"],
@@ -120,7 +140,8 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=ScreenshotConfig.scale)
     args = parser.parse_args()
     config = ScreenshotConfig(quality=args.quality, scale=args.scale)
-    out: dict[str, Any] = {}
+    # One entry per driver, each with its settings: a run of one driver keeps the other's last figures.
+    out: dict[str, Any] = json.loads(RESULTS.read_text(encoding="utf-8")) if RESULTS.is_file() else {}
     with EmbeddedSites() as sites, tempfile.TemporaryDirectory() as scratch:
         tasks = load_suite("test", sites.url_map)[: args.tasks]
         for kind in args.engines:
@@ -136,13 +157,12 @@ def main() -> None:
                     recorder = ScreenshotRecorder(config, directory, evaluation=True) if mode == "on" else None
                     runs[mode].append(measure(engine, sites, tasks, args, recorder))
             engine.close()
-            out[kind] = figures(runs)
+            out[kind] = figures(runs) | {
+                "settings": {**vars(args), "engines": [kind]},
+                "machine": f"{platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end",
+                "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            }
             print(kind, json.dumps(out[kind]), flush=True)
-    out.update(
-        settings={**vars(args)},
-        machine=f"{platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end",
-        measured=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     print(f"written to {RESULTS}")

@@ -100,14 +100,15 @@ class CheckpointReport:
 
     def write(self, path: str | Path) -> Path:
         path = Path(path)
-        write_text_atomic(path, self.html())
+        write_text_atomic(path, self.html(path.parent))
         return path
 
-    def html(self) -> str:
+    def html(self, folder: Path | None = None) -> str:
+        """The page; screenshots past the byte budget are linked relative to `folder`, where it will lie."""
         evaluations = self.evaluations
         labels = [e.label for e in evaluations]
         title = "Evaluation: " + " vs ".join(labels)
-        records, screenshots = self._records()
+        records, screenshots = self._records(folder)
         sources = "".join(
             f"<li>{'AB'[i] + ': ' if len(evaluations) == 2 else ''}<b>{html.escape(e.label)}</b>, "
             f"{len(e.trajectories)} episodes, from {html.escape(str(e.source))}</li>"
@@ -136,11 +137,11 @@ class CheckpointReport:
             f"<style>{CSS}</style></head><body>{''.join(sections)}</body></html>"
         )
 
-    def _records(self) -> tuple[list[dict], int]:
+    def _records(self, folder: Path | None) -> tuple[list[dict], int]:
         records, count = [], 0
         budget = self.embed_bytes
         for evaluation in self.evaluations:
-            embedder = ScreenshotEmbedder(evaluation.directory, budget)
+            embedder = ScreenshotEmbedder(evaluation.directory, budget, folder)
             labels = {"checkpoint": evaluation.label, "kind": "eval", "heading": evaluation.label}
             ordered = sorted(evaluation.trajectories, key=lambda t: task_order(t.task.task_id))
             records += [trajectory_record(t, embedder, {**labels, "tag": evaluation.label}) for t in ordered]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,11 +33,16 @@ def _verdict(value: float | None) -> bool | None:
 
 
 class ScreenshotEmbedder:
-    """A screenshot as the browser shows it: a data URI while `embed_bytes` last, then its path under `root`."""
+    """A screenshot as the browser shows it: a data URI while `embed_bytes` last, then a link to its file.
 
-    def __init__(self, root: Path, embed_bytes: int) -> None:
+    The link is the path under `root`, or relative to `link_from` (the report's folder) when the report
+    lies elsewhere.
+    """
+
+    def __init__(self, root: Path, embed_bytes: int, link_from: Path | None = None) -> None:
         self.root = root
         self.embed_left = embed_bytes
+        self.link_from = link_from
         self.count = 0
 
     def __call__(self, relative: str) -> str | None:
@@ -47,7 +53,7 @@ class ScreenshotEmbedder:
         self.count += 1
         size = file.stat().st_size
         if size > self.embed_left:
-            return relative
+            return relative if self.link_from is None else Path(os.path.relpath(file, self.link_from)).as_posix()
         self.embed_left -= size
         return "data:image/jpeg;base64," + base64.b64encode(file.read_bytes()).decode("ascii")
 

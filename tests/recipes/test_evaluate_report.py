@@ -52,7 +52,11 @@ def _row(*cells) -> str:
 def test_two_evaluations_side_by_side_with_the_paired_counts(tmp_path):
     write_trajectories(tmp_path / "a" / "eval_actor-0123456789.jsonl", _episodes(0))
     (tmp_path / "a" / "eval_actor-0123456789.json").write_text("{}")
-    write_trajectories(RunLayout(tmp_path / "run").eval_path(2, 0), _episodes(1))
+    episodes = _episodes(1)
+    episodes[0].metadata["screenshots"] = ["screenshots/s0/00.jpg"]
+    (tmp_path / "run/phase_002/screenshots/s0").mkdir(parents=True)
+    (tmp_path / "run/phase_002/screenshots/s0/00.jpg").write_bytes(b"\xff\xd8\xff picture")
+    write_trajectories(RunLayout(tmp_path / "run").eval_path(2, 0), episodes)
     path = evaluate.main(
         ["--compare", str(tmp_path / "a" / "eval_actor-0123456789.json"), str(tmp_path / "run/phase_002")]
     )
@@ -67,7 +71,14 @@ def test_two_evaluations_side_by_side_with_the_paired_counts(tmp_path):
     assert _row("reddit", 3, 2, 1, 0, 0, 1, 1, 1, "1") in page
     records = json.loads(re.search(r'id="trajectories">(.*?)</script>', page, re.S).group(1).replace("<\\/", "</"))
     assert [r["checkpoint"] for r in records] == ["actor"] * 9 + ["run/phase_002"] * 9
-    assert 'id="compare-task"' in page
+    assert [r["task"] for r in records[:9]] == ["r0", "r1", "r2", "s0", "s1", "s2", "s3", "s4", "s5"]
+    assert 'id="compare-task"' in page and records[12]["steps"][0]["shot"].startswith("data:image/jpeg;base64,")
+    # past the byte budget a picture is linked, relative to the report's folder
+    linked = evaluate.main(
+        ["--compare", str(tmp_path / "a/eval_actor-0123456789.jsonl"), str(tmp_path / "run/phase_002")]
+        + ["--embed-screenshot-mb", "0", "--output", str(tmp_path / "out/two.html")]
+    )
+    assert '"shot": "../run/phase_002/screenshots/s0/00.jpg"' in linked.read_text(encoding="utf-8")
 
 
 def test_other_task_sets_are_refused_naming_the_tasks(tmp_path):
