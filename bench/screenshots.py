@@ -44,12 +44,15 @@ RESULTS = Path(__file__).resolve().parent / "results" / "screenshots.json"
 
 
 def tree_cpu() -> float:
-    """CPU seconds (user + system) of this process and its live descendants (Chromium, the sites server)."""
-    me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
-    for child in me.children(recursive=True):
+    """CPU seconds (user + system) of this process and its descendants, the live and the ended ones.
+
+    An ended process's time is in its parent's children counters once the parent has reaped it: the
+    renderers Chromium closes with each episode's context, and Chromium itself after the pool closes.
+    """
+    total = 0.0
+    for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
         try:
-            total += sum(child.cpu_times()[:2])
+            total += sum(process.cpu_times()[:4])
         except psutil.NoSuchProcess:
             continue
     return total
