@@ -5,8 +5,8 @@ two evaluations. Like the run report it is one self-contained file (inline SVG, 
 screenshots): success per site and per template with 95 % Wilson intervals, and the trajectory
 browser. Two evaluations must hold the same tasks; then the report adds the paired counts (both
 succeeded, only A, only B, neither) and the exact McNemar p, overall and per site, and shows each task
-under A and B side by side. Rates are independent samples' intervals; the paired test is the one that
-compares the two checkpoints (README, "Evaluation").
+under A and B side by side. Each rate's interval treats its episodes alone; the paired test is the one
+that compares the two checkpoints, since it uses only the tasks on which their verdicts differ.
 """
 
 from __future__ import annotations
@@ -198,8 +198,9 @@ class CheckpointReport:
 def _group(trajectories: list[Trajectory], key: Callable[[Trajectory], tuple[str, str]]) -> dict:
     """key -> the successes (1/0) of the trajectories with an evaluator verdict, infra failures left out."""
     out: dict[tuple[str, str], list[int]] = {}
-    for outcome, trajectory in ((o, t) for t in trajectories for o in task_outcomes([t])):
-        out.setdefault(key(trajectory), []).append(int(outcome.success))
+    for trajectory in trajectories:
+        for outcome in task_outcomes([trajectory]):  # none for an unlabelled or infra-failed episode
+            out.setdefault(key(trajectory), []).append(int(outcome.success))
     return out
 
 
