@@ -4,8 +4,11 @@
     python -m recipes.evaluate model.actor=PATH env.test_split=validation     # choosing settings: never on test
     python -m recipes.evaluate model.actor=PATH env.test_split=train env.test_tasks=0   # all train tasks
     python -m recipes.evaluate model.actor=B --baseline runs/webrl_tiny/eval_A-<id>.json   # paired test of B vs A
+    python -m recipes.evaluate --compare runs/x/eval_A-<id>.json runs/x/eval_B-<id>.json   # report of two, no run
 
-Results go to `<output_dir>/eval_<name>-<id>.json`, `.md` and the trajectories `.jsonl`, where <name> is
+Results go to `<output_dir>/eval_<name>-<id>.json`, `.md`, the trajectories `.jsonl` and the report `.html`
+(success per site and per template with intervals, and a trajectory browser with the screenshots that
+`env.screenshots` recorded under `<output_dir>/screenshots/`), where <name> is
 the checkpoint folder's name and <id> a digest of what made them: the checkpoint's path and a SHA-256
 of its weight files, the suite, split, task count and seed, the engine and its sampling settings (all
 recorded as `identity` in the JSON). An evaluation resumes from its own trajectories after a kill, and
@@ -19,15 +22,22 @@ JSON holds each task's outcome so that later evaluations can be paired with it.
 PATH is an `eval_<name>-<id>.json` written by this recipe or an evaluation's trajectories `.jsonl`
 (e.g. a WebRL run's `phase_NNN/eval.rank0.jsonl`). Differing task sets are an error, found before
 any episode runs.
+
+`--compare A B` runs nothing: it writes the report of two finished evaluations on the same tasks (each an
+`eval_<name>-<id>.json` with its `.jsonl`, a trajectories `.jsonl`, or a WebRL run's `phase_NNN` folder),
+side by side, with the paired counts and McNemar p overall and per site, to `--output` (default
+`compare-<A>-vs-<B>.html` beside A). Differing task sets are an error naming the tasks.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 from recipes.webrl import engine_options, recipe_config
+from webrl.checkpoint_report import CheckpointReport, Evaluation
 from webrl.data.atomic_io import write_json_atomic, write_text_atomic
 from webrl.evaluation.identity import evaluation_identity, identity_tag
 from webrl.evaluation.outcomes import Baseline, load_baseline
@@ -69,9 +79,12 @@ def evaluate_checkpoint(
     record = {"checkpoint": str(checkpoint), "identity": identity, **metrics, **rollout_metrics, **statistics}
     write_json_atomic(out_dir / f"{stem}.json", record)
     write_text_atomic(out_dir / f"{stem}.md", markdown)
+    CheckpointReport([Evaluation(name, out_dir / f"{stem}.jsonl", out_dir, trajectories)]).write(
+        out_dir / f"{stem}.html"
+    )
     print(format_site_table(metrics, title))
     print(markdown)
-    print(f"results: {out_dir / stem}.json (.md, .jsonl)")
+    print(f"results: {out_dir / stem}.json (.md, .jsonl, .html)")
     return metrics
 
 
@@ -83,8 +96,29 @@ def split_baseline(argv: list[str]) -> tuple[Path | None, list[str]]:
     return known.baseline, rest
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    baseline_path, rest = split_baseline(list(sys.argv[1:] if argv is None else argv))
+def compare(argv: list[str]) -> Path:
+    """`--compare A B [--output PATH] [--embed-screenshot-mb N]`: the report of two finished evaluations."""
+    parser = argparse.ArgumentParser(prog="python -m recipes.evaluate --compare", allow_abbrev=False)
+    parser.add_argument("--compare", nargs=2, type=Path, required=True, metavar=("A", "B"))
+    parser.add_argument("--output", type=Path, default=None, help="the report (default: beside A)")
+    parser.add_argument("--embed-screenshot-mb", type=float, default=20.0, help="screenshots embedded up to this")
+    args = parser.parse_args(argv)
+    try:
+        first, second = (Evaluation.read(path) for path in args.compare)
+        report = CheckpointReport([first, second], args.embed_screenshot_mb)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"--compare: {err}") from None
+    slug = "-vs-".join(re.sub(r"[^\w.-]+", "_", label) for label in (first.label, second.label))
+    path = report.write(args.output or first.directory / f"compare-{slug}.html")
+    print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KB)")
+    return path
+
+
+def main(argv: list[str] | None = None) -> dict[str, float] | Path:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--compare" in argv:
+        return compare(argv)
+    baseline_path, rest = split_baseline(argv)
     config = recipe_config(rest, usage=__doc__, help_keys=HELP_KEYS)
     checkpoint = Path(config.model.actor)
     if not config.model.actor or not (checkpoint / "config.json").exists():

@@ -25,7 +25,7 @@ from webrl.report_plots import histogram_counts
 from webrl.run_layout import RunLayout
 from webrl.run_report import REPORT_NAME, ReportConfig, RunReport
 from webrl.run_state import RunState
-from webrl.tracking import write_phase_row
+from webrl.tracking import TrackingConfig, build_loggers, log_phase_views, write_phase_row
 
 pytest.importorskip("matplotlib")
 pytestmark = pytest.mark.timeout(300)
@@ -35,6 +35,8 @@ EVAL = {0: {"shopping": (2, 6), "reddit": (0, 4)}, 1: {"shopping": (4, 6), "redd
 # Phase 1's curriculum: the critic's values of the kept tasks, and of candidates by rejection reason.
 KEPT_VALUES = [0.3, 0.4, 0.62]
 REJECTED = [("critic_low", 0.01), ("critic_high", 0.9), ("unused", 0.5), ("duplicate", None)]
+# The box of the element the first step of phase 1's first held-out episode acted on, in fractions of its picture.
+BOX = [0.25, 0.5, 0.5, 0.25]
 # Phase 1's replay filter: the action probability of each replayed step (window (0.5, 0.95]).
 REPLAY_SCORES = [0.3, 0.6, 0.97, 0.95]
 
@@ -60,6 +62,7 @@ def _write_run(root, jpeg: bytes) -> RunLayout:
             (layout.phase_dir(1) / shot).parent.mkdir(parents=True)
             (layout.phase_dir(1) / shot).write_bytes(jpeg)
             first.metadata["screenshots"] = [shot]
+            first.metadata["screenshot_boxes"] = [BOX]
         write_trajectories(layout.eval_path(phase, 0), evaluations)
         # Training rollouts: (ORM, evaluator) = (1, 1), (1, 0), (0, 0), (0, 0): 1 TP, 1 FP, 2 TN.
         labelled = [
@@ -162,6 +165,14 @@ def test_an_empty_or_partial_run_directory_gives_a_report_that_says_what_is_miss
     assert "100.0 % (1/1) [20.7, 100.0]" in page and "No replay buffer in this run directory yet." in page
 
 
+OUTLINE_JS = """shot => {
+  const img = shot.querySelector("img").getBoundingClientRect();
+  const box = shot.querySelector(".box").getBoundingClientRect();
+  return [box.left - img.left, box.top - img.top, box.width, box.height].map(Math.round);
+}"""
+"""The outline's offset and size over the step's picture, in CSS pixels."""
+
+
 def test_the_page_runs_in_chromium_and_its_filters_work(run, pool, tmp_path, jpeg):
     _write_run(tmp_path, jpeg)
     path = RunReport(tmp_path).write()
@@ -178,6 +189,7 @@ def test_the_page_runs_in_chromium_and_its_filters_work(run, pool, tmp_path, jpe
         seen["phase 1 eval"] = await page.text_content("#count")
         await page.click("#list li:first-child")
         seen["width"] = await page.eval_on_selector("#detail img", "img => img.decode().then(() => img.naturalWidth)")
+        seen["box"] = await page.eval_on_selector("#detail .shot", OUTLINE_JS)
         seen["compare"] = await page.locator("#compare > div").count()
         seen["svgs"] = await page.locator("svg").count()
         await page.select_option("#f-kind", "train")
@@ -192,6 +204,7 @@ def test_the_page_runs_in_chromium_and_its_filters_work(run, pool, tmp_path, jpe
         "all": "28 of 28 trajectories",
         "phase 1 eval": "10 of 28 trajectories",
         "width": 320,
+        "box": [80, 100, 160, 50],  # BOX on the 320 x 200 picture
         "compare": 2,
         "svgs": 8,
         "critic": [
@@ -266,3 +279,29 @@ def test_baselines_share_the_success_plot(tmp_path, jpeg):
     assert "<h3>Baselines</h3>" not in alone and "no_kl" not in alone
     with pytest.raises(ValueError, match="report.baselines: .* holds no finished held-out evaluation"):
         RunReport(compare / "webrl", ReportConfig(baselines=[str(tmp_path)])).html()
+
+
+PLOTS = ["curriculum", "curriculum_values", "losses", "replay", "replay_scores", "sites", "success", "time"]
+"""The report's plots, each drawn from the sample run."""
+
+
+def test_the_phase_views_send_the_report_and_its_plots_to_an_offline_wandb_run(tmp_path, jpeg, monkeypatch):
+    pytest.importorskip("wandb")
+    from PIL import Image
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    layout = _write_run(tmp_path, jpeg)
+    loggers = build_loggers(tmp_path, TrackingConfig(wandb_mode="offline"), {}, "report-test")
+    try:
+        log_phase_views(loggers, 1, layout, sample_trajectories=0)
+    finally:
+        loggers[-1].experiment.finish()
+    [files] = list((tmp_path / "wandb").glob("offline-run-*/files"))
+    # W&B names a media file <key>_<step>_<digest>.<ext> under media/<kind>/<key's folder>/
+    images = {path.name.rsplit("_", 2)[0]: path for path in (files / "media" / "images" / "report").glob("*.png")}
+    assert sorted(images) == PLOTS
+    for path in images.values():
+        with Image.open(path) as image:
+            assert image.format == "PNG" and image.width > 300 and image.height > 150
+    [page] = list((files / "media" / "html").glob("report_*.html"))
+    assert "WebRL run report" in page.read_text(encoding="utf-8")

@@ -1,20 +1,23 @@
-"""The report's plots, drawn with matplotlib into inline SVG strings (no file, no network, no display).
+"""The report's plots, drawn with matplotlib into inline SVG strings and PNG copies (no file, no network, no display).
 
 SVG keeps the figures sharp at any zoom and, with text kept as text (`svg.fonttype: none`), small:
-a few tens of KB each. Each function returns None when the run holds nothing to draw, so that the
-report can say so in place of the figure.
+a few tens of KB each; a PNG copy of each goes to W&B as image media. Each function returns None when
+the run holds nothing to draw, so that the report can say so in place of the figure.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from webrl.report_baselines import Baseline
 from webrl.report_data import PhaseFigures, Rate, RunFigures
 from webrl.run_state import STAGES
 
+PNG_DPI = 100
+"""Resolution of the PNG copies (a 6 x 3 inch figure: about 600 x 300 pixels)."""
 _STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False}
 
 
@@ -27,7 +30,15 @@ def _pyplot() -> Any:
     return plt
 
 
-def _svg(figure: Any) -> str:
+@dataclass(frozen=True)
+class Plot:
+    """One figure drawn twice: SVG for the HTML report, PNG for W&B's image media (which takes no SVG)."""
+
+    svg: str
+    png: bytes
+
+
+def _draw(figure: Any) -> Plot:
     plt = _pyplot()
     buffer = io.StringIO()
     # No metadata block: it names matplotlib's web site, and the report holds no external address.
@@ -37,9 +48,11 @@ def _svg(figure: Any) -> str:
         bbox_inches="tight",
         metadata={"Creator": None, "Date": None, "Format": None, "Type": None},
     )
+    raster = io.BytesIO()
+    figure.savefig(raster, format="png", bbox_inches="tight", dpi=PNG_DPI)
     plt.close(figure)
     text = buffer.getvalue()
-    return text[text.index("<svg") :]
+    return Plot(text[text.index("<svg") :], raster.getvalue())
 
 
 def _errors(rates: list[Rate]) -> list[list[float]]:
@@ -50,7 +63,7 @@ def _errors(rates: list[Rate]) -> list[list[float]]:
     ]
 
 
-def success_plot(figures: RunFigures, baselines: Sequence[Baseline] = ()) -> str | None:
+def success_plot(figures: RunFigures, baselines: Sequence[Baseline] = ()) -> Plot | None:
     """Held-out success per phase with 95 % intervals, training-rollout success, and the baselines' success.
 
     A baseline run evaluated per phase is a thin dotted series; one evaluated once (SFT, Filtered BC) a
@@ -83,32 +96,34 @@ def success_plot(figures: RunFigures, baselines: Sequence[Baseline] = ()) -> str
                 )
         axes.set(xlabel="phase", ylabel="success %", ylim=(0, 100), xticks=xs)
         axes.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        return _svg(figure)
+        return _draw(figure)
 
 
-def site_plot(figures: RunFigures) -> str | None:
+def site_plot(figures: RunFigures) -> Plot | None:
     """Held-out success per site, one bar per phase, with 95 % intervals."""
     phases = [p for p in figures.phases if p.test]
-    sites = figures.sites
-    if not phases or not sites:
+    if not phases or not figures.sites:
         return None
+    return site_bars([(f"phase {p.phase}", p.test) for p in phases], figures.sites)
+
+
+def site_bars(groups: Sequence[tuple[str, dict[str, Rate]]], sites: Sequence[str]) -> Plot:
+    """Success per site, one bar per (label, rates by site) group, with 95 % intervals."""
     plt = _pyplot()
     with plt.rc_context(_STYLE):
         figure, axes = plt.subplots(figsize=(max(6, 1.3 * len(sites)), 3))
-        width = 0.8 / len(phases)
-        for i, phase in enumerate(phases):
-            rates = [phase.test.get(site, Rate(site, 0, 0)) for site in sites]
+        width = 0.8 / len(groups)
+        for i, (label, by_site) in enumerate(groups):
+            rates = [by_site.get(site, Rate(site, 0, 0)) for site in sites]
             xs = [j + i * width for j in range(len(sites))]
-            axes.bar(
-                xs, [100 * r.rate for r in rates], width, yerr=_errors(rates), capsize=2, label=f"phase {phase.phase}"
-            )
+            axes.bar(xs, [100 * r.rate for r in rates], width, yerr=_errors(rates), capsize=2, label=label)
         axes.set_xticks([j + 0.4 - width / 2 for j in range(len(sites))], sites)
         axes.set(ylabel="success %", ylim=(0, 100))
-        axes.legend(frameon=False, ncols=min(4, len(phases)))
-        return _svg(figure)
+        axes.legend(frameon=False, ncols=min(4, len(groups)))
+        return _draw(figure)
 
 
-def _stacked(rows: list[tuple[str, list[float]]], xs: list[int], ylabel: str, horizontal: bool = False) -> str:
+def _stacked(rows: list[tuple[str, list[float]]], xs: list[int], ylabel: str, horizontal: bool = False) -> Plot:
     plt = _pyplot()
     with plt.rc_context(_STYLE):
         figure, axes = plt.subplots(figsize=(6, 3))
@@ -125,10 +140,10 @@ def _stacked(rows: list[tuple[str, list[float]]], xs: list[int], ylabel: str, ho
         else:
             axes.set(xlabel="phase", ylabel=ylabel, xticks=xs)
         axes.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        return _svg(figure)
+        return _draw(figure)
 
 
-def curriculum_plot(phases: list[PhaseFigures]) -> str | None:
+def curriculum_plot(phases: list[PhaseFigures]) -> Plot | None:
     """Per phase: tasks kept, and the generated candidates each filter rejected, stacked."""
     shown = [p for p in phases if p.metric("curriculum/generated") is not None]
     if not shown:
@@ -139,7 +154,7 @@ def curriculum_plot(phases: list[PhaseFigures]) -> str | None:
     return _stacked(rows, [p.phase for p in shown], "generated tasks")
 
 
-def replay_plot(phases: list[PhaseFigures]) -> str | None:
+def replay_plot(phases: list[PhaseFigures]) -> Plot | None:
     """Replay buffer trajectories after each phase and the replayed steps the perplexity filter kept."""
     shown = [p for p in phases if p.replay or p.metric("replay/kept") is not None]
     if not shown:
@@ -153,10 +168,10 @@ def replay_plot(phases: list[PhaseFigures]) -> str | None:
         axes.plot(xs, [p.metric("replay/kept") or 0.0 for p in shown], "s--", label="replayed steps kept")
         axes.set(xlabel="phase", ylabel="count", xticks=xs)
         axes.legend(frameon=False)
-        return _svg(figure)
+        return _draw(figure)
 
 
-def loss_plot(losses: dict[str, list[tuple[int, float]]]) -> str | None:
+def loss_plot(losses: dict[str, list[tuple[int, float]]]) -> Plot | None:
     """Critic and actor loss per logged batch, on the run's global step axis (phases side by side)."""
     if not losses:
         return None
@@ -166,10 +181,10 @@ def loss_plot(losses: dict[str, list[tuple[int, float]]]) -> str | None:
         for axes, (key, points) in zip(panels[0], sorted(losses.items()), strict=True):
             axes.plot([s for s, _ in points], [v for _, v in points], lw=1)
             axes.set(title=key, xlabel="step")
-        return _svg(figure)
+        return _draw(figure)
 
 
-def time_plot(phases: list[PhaseFigures]) -> str | None:
+def time_plot(phases: list[PhaseFigures]) -> Plot | None:
     """Wall time of each stage, per phase, in minutes."""
     shown = [p for p in phases if p.stage_seconds()]
     if not shown:
@@ -191,7 +206,7 @@ def histogram_counts(values: Sequence[float], bins: int = HISTOGRAM_BINS) -> lis
     return counts
 
 
-def _histograms(panels: list[tuple[str, dict[str, list[float]], tuple[float, float]]], xlabel: str) -> str:
+def _histograms(panels: list[tuple[str, dict[str, list[float]], tuple[float, float]]], xlabel: str) -> Plot:
     """One small panel per phase: a histogram per named series on [0, 1], the filter's window shaded."""
     plt = _pyplot()
     edges = [i / HISTOGRAM_BINS for i in range(HISTOGRAM_BINS + 1)]
@@ -205,10 +220,10 @@ def _histograms(panels: list[tuple[str, dict[str, list[float]], tuple[float, flo
             axes.set(title=title, xlabel=xlabel, xlim=(0, 1))
             axes.legend(frameon=False, fontsize=7)
         grid[0][0].set_ylabel("count")
-        return _svg(figure)
+        return _draw(figure)
 
 
-def curriculum_value_plot(phases: list[PhaseFigures], window: tuple[float, float]) -> str | None:
+def curriculum_value_plot(phases: list[PhaseFigures], window: tuple[float, float]) -> Plot | None:
     """Per phase: the critic's P(success) of the curriculum's kept tasks and of those outside `window`."""
     shown = [p for p in phases if p.critic_values]
     if not shown:
@@ -217,7 +232,7 @@ def curriculum_value_plot(phases: list[PhaseFigures], window: tuple[float, float
     return _histograms(panels, "critic P(success)")
 
 
-def replay_score_plot(phases: list[PhaseFigures]) -> str | None:
+def replay_score_plot(phases: list[PhaseFigures]) -> Plot | None:
     """Per phase: the geometric-mean action probability of every replayed step scored, kept or not."""
     shown = [p for p in phases if p.replay_scores.get("steps")]
     if not shown:

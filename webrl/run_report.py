@@ -20,6 +20,7 @@ from webrl.report_baselines import Baseline, find_baselines
 from webrl.report_browser import CSS, TrajectoryBrowser, browser_html
 from webrl.report_data import PhaseFigures, Rate, RunFigures
 from webrl.report_plots import (
+    Plot,
     curriculum_plot,
     curriculum_value_plot,
     loss_plot,
@@ -57,8 +58,8 @@ def _missing(what: str) -> str:
     return f'<p class="missing">No {html.escape(what)} in this run directory yet.</p>'
 
 
-def _figure(svg: str | None, what: str) -> str:
-    return svg if svg is not None else _missing(what)
+def _figure(plot: Plot | None, what: str) -> str:
+    return plot.svg if plot is not None else _missing(what)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -83,6 +84,8 @@ class RunReport:
         self.root = Path(root)
         self.config = config or ReportConfig()
         self.config.validate()
+        self.plots: dict[str, Plot] = {}
+        """The figures the last `html()` drew, by name, for W&B's image media (`webrl.tracking`)."""
 
     @property
     def path(self) -> Path:
@@ -101,18 +104,30 @@ class RunReport:
         )
         browser = TrajectoryBrowser(figures, int(self.config.embed_screenshot_mb * 2**20), self.config.train_per_phase)
         records = browser.records()
+        drawn = {
+            "success": success_plot(figures, baselines),
+            "sites": site_plot(figures),
+            "curriculum": curriculum_plot(figures.phases),
+            "curriculum_values": curriculum_value_plot(figures.phases, figures.value_window),
+            "replay": replay_plot(figures.phases),
+            "replay_scores": replay_score_plot(figures.phases),
+            "losses": loss_plot(figures.losses),
+            "time": time_plot(figures.phases),
+        }
+        self.plots = {name: plot for name, plot in drawn.items() if plot is not None}
         title = f"WebRL run report: {self.root.name}"
         sections = [
             f"<h1>{html.escape(title)}</h1><p>{len(figures.phases)} phases, {len(records)} trajectories, "
             f"{browser.screenshots} screenshots. Rates: successes/episodes with the 95 % Wilson interval.</p>",
-            "<h2>Held-out success</h2>" + self._success(figures, baselines),
-            "<h2>Per site</h2>" + self._sites(figures),
-            "<h2>Curriculum</h2>" + self._curriculum(figures),
-            "<h2>Replay buffer</h2>" + self._replay(figures),
+            "<h2>Held-out success</h2>" + self._success(figures, baselines, drawn["success"]),
+            "<h2>Per site</h2>" + self._sites(figures, drawn["sites"]),
+            "<h2>Curriculum</h2>" + self._curriculum(figures, drawn["curriculum"], drawn["curriculum_values"]),
+            "<h2>Replay buffer</h2>" + self._replay(figures, drawn["replay"], drawn["replay_scores"]),
             "<h2>ORM against the evaluators</h2>" + self._orm(figures),
-            "<h2>Critic and actor losses</h2>" + _figure(loss_plot(figures.losses), "critic or actor metrics CSV"),
-            "<h2>Time per stage</h2>" + _figure(time_plot(figures.phases), "stage timings"),
-            "<h2>Trajectories</h2>" + (browser_html(records) if records else _missing("trajectories")),
+            "<h2>Critic and actor losses</h2>" + _figure(drawn["losses"], "critic or actor metrics CSV"),
+            "<h2>Time per stage</h2>" + _figure(drawn["time"], "stage timings"),
+            "<h2>Trajectories</h2>"
+            + (browser_html(records, browser.FILTERS, browser.COMPARE) if records else _missing("trajectories")),
         ]
         return (
             f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
@@ -120,12 +135,12 @@ class RunReport:
         )
 
     @staticmethod
-    def _success(figures: RunFigures, baselines: list[Baseline]) -> str:
+    def _success(figures: RunFigures, baselines: list[Baseline], plot: Plot | None) -> str:
         phases = figures.phases
         if not any(p.test or p.train for p in phases):
             return _missing("evaluation or rollout results")
         rows = [[str(p.phase), _rate(p.test, "all"), _rate(p.train, "all")] for p in phases]
-        out = _figure(success_plot(figures, baselines), "held-out evaluation") + _table(
+        out = _figure(plot, "held-out evaluation") + _table(
             ["phase", "held-out success", "train success (evaluators)"], rows
         )
         if baselines:
@@ -136,31 +151,31 @@ class RunReport:
         return out
 
     @staticmethod
-    def _sites(figures: RunFigures) -> str:
+    def _sites(figures: RunFigures, plot: Plot | None) -> str:
         sites = figures.sites
         if not sites:
             return _missing("held-out evaluation")
         rows = [[str(p.phase), *[_rate(p.test, site) for site in sites]] for p in figures.phases if p.test]
-        return site_plot(figures) + _table(["phase", *sites], rows)
+        return _figure(plot, "held-out evaluation") + _table(["phase", *sites], rows)
 
     @staticmethod
-    def _curriculum(figures: RunFigures) -> str:
+    def _curriculum(figures: RunFigures, plot: Plot | None, value_plot: Plot | None) -> str:
         keys = ["curriculum/tasks", "curriculum/generated", "curriculum/kept", "curriculum/topped_up"]
         keys += sorted({k for p in figures.phases for k in p.record if k.startswith("curriculum/rejected_")})
         rows = [[str(p.phase), *[_number(p, key) for key in keys]] for p in figures.phases]
         if not any(cell != "-" for row in rows for cell in row[1:]):
             return _missing("curriculum metrics")
-        plot = curriculum_plot(figures.phases) or _missing("generated tasks (phase 0 uses the train split)")
+        generated = _figure(plot, "generated tasks (phase 0 uses the train split)")
         low, high = figures.value_window
-        values = _figure(curriculum_value_plot(figures.phases, figures.value_window), "critic-scored curriculum tasks")
+        values = _figure(value_plot, "critic-scored curriculum tasks")
         caption = (
             f"<p>The critic's P(success) of each generated task: kept, and rejected for lying outside the "
             f"window [{low:g}, {high:g}] (shaded).</p>"
         )
-        return plot + _table(["phase", *[key.split("/", 1)[1] for key in keys]], rows) + caption + values
+        return generated + _table(["phase", *[key.split("/", 1)[1] for key in keys]], rows) + caption + values
 
     @staticmethod
-    def _replay(figures: RunFigures) -> str:
+    def _replay(figures: RunFigures, plot: Plot | None, score_plot: Plot | None) -> str:
         rows = [
             [
                 str(p.phase),
@@ -175,12 +190,12 @@ class RunReport:
         if not any(cell != "-" for row in rows for cell in row[1:]):
             return _missing("replay buffer")
         header = ["phase", "added trajectories", "added steps", "added successes", "replayed steps kept", "buffer size"]
-        scores = _figure(replay_score_plot(figures.phases), "replay filter scores")
+        scores = _figure(score_plot, "replay filter scores")
         caption = (
             "<p>Each replayed step's geometric-mean action probability under the current actor (1 / perplexity); "
             "the filter keeps the shaded window, then caps the count.</p>"
         )
-        return _figure(replay_plot(figures.phases), "replay metrics") + _table(header, rows) + caption + scores
+        return _figure(plot, "replay metrics") + _table(header, rows) + caption + scores
 
     @staticmethod
     def _orm(figures: RunFigures) -> str:
@@ -207,10 +222,13 @@ def _baseline_row(baseline: Baseline) -> list[str]:
     return [baseline.label, success, tasks, str(baseline.source)]
 
 
-def write_run_report(root: str | Path, config: ReportConfig | None = None) -> Path | None:
-    """Write the report for the loop at the end of a phase; a failure is logged and never stops training."""
+def write_run_report(root: str | Path, config: ReportConfig | None = None) -> RunReport | None:
+    """Write the report for the loop at the end of a phase (the written report, with its plots); a failure is
+    logged and never stops training."""
     try:
-        return RunReport(root, config).write()
+        report = RunReport(root, config)
+        report.write()
+        return report
     except Exception as err:  # noqa: BLE001 - the report is a view of the run, never a reason to stop it
         log.warning("could not write the run report in %s: %s: %s", root, type(err).__name__, err)
         return None

@@ -24,7 +24,7 @@ from webrl.config_checks import at_least, one_of, require
 from webrl.data.atomic_io import write_text_atomic
 from webrl.data.trajectory import Trajectory
 from webrl.run_layout import RunLayout, phase_name
-from webrl.run_report import write_run_report
+from webrl.run_report import RunReport, write_run_report
 
 WANDB_MODES = ("online", "offline", "disabled")
 WANDB_ENVIRONMENT = {
@@ -168,21 +168,26 @@ def log_trajectory_table(loggers: list[Any], phase: int, trajectories: list[Traj
 
 
 def log_phase_views(loggers: list[Any], phase: int, layout: RunLayout, sample_trajectories: int) -> None:
-    """What a person looks at after a phase: the run report (rewritten in the run directory, and sent to W&B)
-    and a W&B table of sample trajectories."""
+    """What a person looks at after a phase: the run report (rewritten in the run directory, and sent to W&B
+    with its plots) and a W&B table of sample trajectories."""
     log_trajectory_table(loggers, phase, layout.labelled(phase), sample_trajectories)
     log_html_report(loggers, phase, write_run_report(layout.root))
 
 
-def log_html_report(loggers: list[Any], phase: int, path: Path | None) -> None:
-    """The run report written at the end of `phase` (`webrl.run_report`), as W&B HTML media, under `report`."""
+def log_html_report(loggers: list[Any], phase: int, report: RunReport | None) -> None:
+    """The run report written at the end of `phase` (`webrl.run_report`) as W&B HTML media under `report`,
+    and each of its plots as image media under `report/<plot>` (W&B shows those per step, phase by phase)."""
     wandb_loggers = [logger for logger in loggers if type(logger).__name__ == "WandbLogger"]
-    if path is None or not wandb_loggers:
+    if report is None or not wandb_loggers:
         return
     import wandb
+    from PIL import Image
 
+    media: dict[str, Any] = {"report": wandb.Html(report.path.read_text(encoding="utf-8")), "report/phase": phase}
+    for name, plot in report.plots.items():
+        media[f"report/{name}"] = wandb.Image(Image.open(io.BytesIO(plot.png)), caption=f"{name}, phase {phase}")
     for logger in wandb_loggers:
-        logger.experiment.log({"report": wandb.Html(path.read_text(encoding="utf-8")), "report/phase": phase})
+        logger.experiment.log(media)
 
 
 def setup_logging() -> None:

@@ -2,14 +2,20 @@
 
 The run report shows what the agent saw, step by step; the simplified HTML alone does not show a
 person the page. Chromium encodes the picture itself, downscaled (`Page.captureScreenshot` with a
-scaled clip of the visual viewport, over the DevTools protocol), so no image library runs in Python
-and a step costs a few milliseconds (bench/screenshots.py). A picture over `max_bytes` is encoded
-again at lower quality, down to 10, then smaller. A capture that fails leaves a None in its slot and
-never fails the episode.
+scaled clip of the visual viewport, over the DevTools protocol), so no image library runs in Python.
+The rollout driver takes it while the model writes the step's response (bench/screenshots.py measures
+what is left on the rollout's wall time). A picture over `max_bytes` is encoded again at lower quality,
+down to 10, then smaller. A capture that fails leaves a None in its slot and never fails the episode.
+
+The same page script that finds the viewport records the box of every element the observation numbered
+(`data-webrl-id`) inside it; once the step has acted, `finish` keeps only the box of the element it acted
+on, which the report outlines on the picture.
 
 Files: `<jsonl dir>/screenshots/<trajectory_id>/NN.jpg`; `trajectory.metadata["screenshots"]` lists
 their paths relative to the JSONL's directory, entry i being the page step i observed, and one more
 entry, when the episode observed the page after its last step, for that final page.
+`metadata["screenshot_boxes"]` is aligned with it: entry i is the acted element's box in picture i as
+fractions of the picture [left, top, width, height], or None (no element action, or not in view).
 """
 
 from __future__ import annotations
@@ -31,6 +37,22 @@ from webrl.data.trajectory import Task, Trajectory
 SCREENSHOT_DIR = "screenshots"
 _MIN_QUALITY = 10
 _MIN_SCALE = 0.1
+_VIEWPORT_JS = """() => {
+  const vv = window.visualViewport;
+  const width = vv ? vv.width : window.innerWidth, height = vv ? vv.height : window.innerHeight;
+  const left = vv ? vv.offsetLeft : 0, top = vv ? vv.offsetTop : 0;
+  const f = (v) => Math.round(v * 10000) / 10000;
+  const boxes = {};
+  for (const el of document.querySelectorAll("[data-webrl-id]")) {
+    const r = el.getBoundingClientRect();
+    if (r.width <= 0 || r.height <= 0 || r.right <= left || r.bottom <= top) continue;
+    if (r.left >= left + width || r.top >= top + height) continue;
+    boxes[el.getAttribute("data-webrl-id")] = [f((r.left - left) / width), f((r.top - top) / height),
+                                               f(r.width / width), f(r.height / height)];
+  }
+  return {x: vv ? vv.pageLeft : window.scrollX, y: vv ? vv.pageTop : window.scrollY, width, height, boxes};
+}"""
+"""The visual viewport in page coordinates (the picture's clip) and each numbered element's box in it."""
 
 
 @dataclass
@@ -39,7 +61,7 @@ class ScreenshotConfig:
 
     enabled: bool = True
     """Record screenshots at all (false: none, and no cost)."""
-    quality: int = 50
+    quality: int = 40
     """JPEG quality, 1-100."""
     scale: float = 0.5
     """Size relative to the viewport (0.5 of 1280x720 = 640x360)."""
@@ -78,37 +100,47 @@ class ScreenshotRecorder:
     async def capture(self, page: Any, trajectory: Trajectory) -> None:
         """Save the viewport of `page` as the next screenshot of `trajectory` (None in its slot on failure)."""
         shots = trajectory.metadata.setdefault("screenshots", [])
+        boxes = trajectory.metadata.setdefault("screenshot_boxes", [])
         started = time.perf_counter()
         relative = f"{SCREENSHOT_DIR}/{trajectory.trajectory_id}/{len(shots):02d}.jpg"
         try:
-            data = await self._jpeg(page)
+            data, in_view = await self._jpeg(page)
             await asyncio.to_thread(self._write, self.directory / relative, data)
             shots.append(relative)
-        except (PlaywrightError, OSError, KeyError) as err:
+            boxes.append(in_view)
+        except (PlaywrightError, OSError, KeyError, TypeError) as err:
             shots.append(None)
+            boxes.append(None)
             trajectory.metadata["screenshot_error"] = f"{type(err).__name__}: {str(err)[:200]}"
         seconds = trajectory.metadata.get("screenshot_s", 0.0) + time.perf_counter() - started
         trajectory.metadata["screenshot_s"] = round(seconds, 4)
 
-    async def _jpeg(self, page: Any) -> bytes:
+    @staticmethod
+    def finish(trajectory: Trajectory) -> None:
+        """Keep, of each picture's boxes, the one of the element its step acted on (None for the others)."""
+        boxes = trajectory.metadata.get("screenshot_boxes")
+        if not boxes:
+            return
+        steps = trajectory.steps
+        for i, in_view in enumerate(boxes):
+            if isinstance(in_view, dict):
+                action = steps[i].action if i < len(steps) else None
+                boxes[i] = in_view.get(str((action or {}).get("element")))
+
+    async def _jpeg(self, page: Any) -> tuple[bytes, dict[str, list[float]]]:
+        """The viewport's JPEG and the boxes of the numbered elements in view."""
         session = self._sessions.get(page)
         if session is None:
             session = await page.context.new_cdp_session(page)
             self._sessions[page] = session
-        viewport = (await session.send("Page.getLayoutMetrics"))["cssVisualViewport"]
-        clip = {
-            "x": viewport["pageX"],
-            "y": viewport["pageY"],
-            "width": viewport["clientWidth"],
-            "height": viewport["clientHeight"],
-            "scale": self.config.scale,
-        }
+        viewport = await page.evaluate(_VIEWPORT_JS)
+        clip = {key: viewport[key] for key in ("x", "y", "width", "height")} | {"scale": self.config.scale}
         quality = self.config.quality
         while True:
             shot = await session.send("Page.captureScreenshot", {"format": "jpeg", "quality": quality, "clip": clip})
             data = base64.b64decode(shot["data"])
             if len(data) <= self.config.max_bytes or clip["scale"] < _MIN_SCALE:
-                return data
+                return data, viewport["boxes"]
             if quality > _MIN_QUALITY:
                 quality = max(_MIN_QUALITY, quality // 2)
             else:

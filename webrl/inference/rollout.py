@@ -198,33 +198,46 @@ class _Rollout:
     async def _drive(self, episode: Episode) -> None:
         # Live from the start: the first batch then waits for episodes still opening their page.
         self.batcher.set_live(+1)
+        shot: asyncio.Task | None = None
         try:
             with self.clock.browser():
                 observation = await episode.reset()
-                await self._shoot(episode)
+            shot = self._shoot(episode)
             while not episode.done:
                 prompt = self.prompt_builder(episode.task, episode.trajectory.steps, observation.html)
                 asked = time.perf_counter()
                 completion = await self.batcher.request(prompt)
                 answered = time.perf_counter()
                 with self.clock.browser():
+                    if shot is not None:
+                        await shot  # the page must not change while it is photographed
                     result = await episode.step(completion.text, prompt=prompt)
-                    await self._shoot(episode)
+                shot = self._shoot(episode)
                 self.step_latencies.append(time.perf_counter() - asked)
                 step = episode.trajectory.steps[-1]
                 step.timings["engine"] = round(answered - asked, 4)
                 step.response_token_ids = completion.token_ids or None
                 step.response_logprobs = completion.logprobs
                 observation = result.observation
+            if shot is not None:
+                with self.clock.browser():
+                    await shot
         finally:
+            if shot is not None and not shot.done():
+                shot.cancel()
+            if self.pool.screenshots is not None:
+                self.pool.screenshots.finish(episode.trajectory)
             self.batcher.set_live(-1)
 
-    async def _shoot(self, episode: Episode) -> None:
-        """A screenshot of the page just observed, if the pool records this task; none after exit (no new page)."""
+    def _shoot(self, episode: Episode) -> asyncio.Task | None:
+        """A screenshot of the page just observed, if the pool records this task; none after exit (no new page).
+
+        It runs while the model writes the next response: the driver waits for it only before acting.
+        """
         recorder = self.pool.screenshots
         if recorder is None or episode.trajectory.status in ("exit", "error") or not recorder.wants(episode.task):
-            return
-        await recorder.capture(episode.page, episode.trajectory)
+            return None
+        return asyncio.create_task(recorder.capture(episode.page, episode.trajectory))
 
     @staticmethod
     def _end(episode: Episode, status: str, error: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from webrl.data.prompts import actor_prompt_for_step
-from webrl.data.trajectory import read_trajectories
+from webrl.data.trajectory import Step, Task, Trajectory, read_trajectories
 from webrl.env.screenshots import ScreenshotConfig, ScreenshotRecorder
 from webrl.env.sites import load_suite
 from webrl.inference.rollout import collect_rollouts
@@ -50,6 +50,12 @@ def test_each_step_gets_a_small_jpeg_referenced_from_the_jsonl(run, pool, sites,
         # One per observed page: each step's, and the final page's unless the agent ended with exit.
         assert len(shots) == len(trajectory.steps) + (trajectory.status != "exit")
         assert "screenshot_error" not in trajectory.metadata
+        # The box of the element each step acted on (the solver's elements are in view), None for the others.
+        boxes = trajectory.metadata["screenshot_boxes"]
+        acted = [bool((step.action or {}).get("element")) for step in trajectory.steps]
+        assert len(boxes) == len(shots) and any(acted)
+        assert [box is not None for box in boxes] == acted + [False] * (len(shots) - len(acted))
+        assert all(0 <= box[0] < 1 and 0 <= box[1] < 1 and 0 < box[2] <= 1 and 0 < box[3] <= 1 for box in boxes if box)
         for relative in shots:
             assert relative.startswith(f"screenshots/{trajectory.trajectory_id}/")
             data = (out.parent / relative).read_bytes()
@@ -74,6 +80,35 @@ def test_a_byte_cap_lowers_the_quality_and_training_rollouts_are_sampled(run, po
     assert recorded == {task.task_id for task in wanted}
     sizes = [(tmp_path / p).stat().st_size for t in trajectories for p in t.metadata.get("screenshots", [])]
     assert sizes and max(sizes) <= 12_000
+
+
+BOXES_PAGE = """<body style="margin:0;height:3000px">
+<a data-webrl-id="8" style="position:absolute;left:0;top:0">top</a>
+<button data-webrl-id="7" style="position:absolute;left:320px;top:900px;width:128px;height:72px">Buy</button>
+<input data-webrl-id="9" style="position:absolute;left:1216px;top:1404px;width:128px;height:72px"></body>"""
+
+
+def test_a_step_keeps_the_box_of_the_element_it_acted_on(run, pool, tmp_path):
+    recorder = ScreenshotRecorder(ScreenshotConfig(), tmp_path, evaluation=True)
+    trajectory = Trajectory(Task("t", "buy", ["shopping"], ""))
+
+    async def shoot() -> None:
+        page = await (await pool.browser()).new_page(viewport={"width": 1280, "height": 720})
+        await page.set_content(BOXES_PAGE)
+        await page.evaluate("window.scrollTo(0, 720)")  # the button's top is now at 180 px, #8 out of view
+        await recorder.capture(page, trajectory)
+        await recorder.capture(page, trajectory)
+        await recorder.capture(page, trajectory)
+        await page.close()
+
+    run(shoot())
+    # #9 sticks out of the viewport's bottom right corner: its box does too (the picture clips it).
+    assert trajectory.metadata["screenshot_boxes"][0] == {"7": [0.25, 0.25, 0.1, 0.1], "9": [0.95, 0.95, 0.1, 0.1]}
+    for i, element in enumerate(["7", "8"]):
+        action = {"name": "click", "element": element}
+        trajectory.steps.append(Step(index=i, prompt="", observation="", response="", action=action))
+    ScreenshotRecorder.finish(trajectory)  # step 1's element is out of view; the final page has no action
+    assert trajectory.metadata["screenshot_boxes"] == [[0.25, 0.25, 0.1, 0.1], None, None]
 
 
 def test_off_by_one_key():
