@@ -1,7 +1,7 @@
 """WebRL end to end: SFT (cached), ORM (cached), then curriculum phases of rollouts and training.
 
 Embedded default (tiny model, embedded sites, CPU; the first run also builds the SFT and ORM
-checkpoints and caches them under .cache/webrl):
+checkpoints and caches them in model.cache_dir, ~/.cache/webrl by default):
 
     python -m recipes.webrl
 

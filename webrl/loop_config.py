@@ -21,7 +21,8 @@ from webrl.env.splits import TRAIN_FIT, VALIDATION
 from webrl.modules.critic import HEAD_INIT_STD
 from webrl.modules.lm import LoraSettings
 from webrl.modules.losses import ActorLossConfig, AdvantageConfig
-from webrl.run_config import ResumeConfig, flatten
+from webrl.paths import absolute_path, user_cache_dir
+from webrl.run_config import PATH_KEYS, ResumeConfig, flatten
 from webrl.tracking import TrackingConfig
 from webrl.training import StageSettings
 
@@ -54,8 +55,9 @@ class ModelConfig:
     generator: str = "smollm2"
     """Curriculum task generator and feasibility judge (llm/mixed modes): `smollm2`, a local HF dir, or an
     OpenAI-compatible base URL (http://...) such as a vLLM server of a large model."""
-    cache_dir: str = ".cache/webrl"
-    """Where the tiny model, SFT and ORM checkpoints are cached between runs."""
+    cache_dir: str = field(default_factory=lambda: str(user_cache_dir()))
+    """Cache of demonstrations, tiny/SmolLM2 models, SFT and ORM checkpoints, shared by every run of the user:
+    $WEBRL_CACHE_DIR, else $XDG_CACHE_HOME/webrl, else ~/.cache/webrl (never a folder of wherever a command starts)."""
     max_length: int = 1024
     """Token budget of a prompt plus its action; longer prompts lose page HTML, never history or action."""
     tiny_hidden_size: int = 256
@@ -343,7 +345,8 @@ class WebRLConfig:
     """A whole WebRL run: phases of curriculum, rollouts, labels, replay, critic, actor, sync, evaluation."""
 
     output_dir: str = "runs/webrl_tiny"
-    """Run directory: phases, replay, checkpoints, metrics; rerunning the same command resumes from it."""
+    """Run directory (phases, replay, checkpoints, metrics), relative to the current folder unless absolute;
+    rerunning the same command resumes from it."""
     seed: int = 0
     """Seed of every random choice (derived per phase and stage)."""
     phases: int = 3
@@ -380,3 +383,15 @@ class WebRLConfig:
                 self.rollout.max_tokens,
                 f"must be below model.max_length ({self.model.max_length}), which also holds the prompt",
             )
+
+    def resolve_paths(self) -> None:
+        """Make each path of `PATH_KEYS` absolute, once, as the config is read (`load_config` calls this).
+
+        Every stage, every process a launcher starts and config.json then name the same places, whatever
+        folder each of them runs in; an empty path (model.actor, model.orm unset) stays empty.
+        """
+        for key in PATH_KEYS:
+            section, _, name = key.rpartition(".")
+            owner = getattr(self, section) if section else self
+            if getattr(owner, name):
+                setattr(owner, name, str(absolute_path(getattr(owner, name))))

@@ -18,15 +18,28 @@ from typing import Any
 
 from webrl.config_checks import ConfigError, require
 from webrl.data.atomic_io import write_json_atomic
+from webrl.paths import absolute_path
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState
 
 ABSENT = object()
 """Stands for a key that one of the two configs lacks (a key added to the schema since the run started)."""
-NEUTRAL_KEYS = ("output_dir", "phases", "tracking", "resume", "env.strict_tasks", "env.screenshots")
-"""Where the run lives, how far it goes (phases only bounds the loop), where metrics go, this check's own keys,
-env.strict_tasks (it loads the same tasks or stops, so it never changes a result) and env.screenshots (pictures
-for the report; the agent never sees them)."""
+NEUTRAL_KEYS = (
+    "output_dir",
+    "model.cache_dir",
+    "phases",
+    "tracking",
+    "resume",
+    "env.strict_tasks",
+    "env.screenshots",
+)
+"""Where the run lives, where built models are kept (each cached product is named by a key of the settings that
+make it, so another cache builds the same products again, never other ones), how far it goes (phases only bounds
+the loop), where metrics go, this check's own keys, env.strict_tasks (it loads the same tasks or stops, so it
+never changes a result) and env.screenshots (pictures for the report; the agent never sees them)."""
+PATH_KEYS = ("output_dir", "model.cache_dir", "model.actor", "model.orm")
+"""Keys holding paths, made absolute when the config is read (an empty value stays empty). A config.json written
+before that may hold one relative: it is compared as relative to the current folder, where it was read then."""
 
 
 @dataclass
@@ -61,13 +74,25 @@ def _under(key: str, entry: str) -> bool:
 
 
 def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Flattened keys whose values differ, neutral keys left out; a key one side lacks reads as ABSENT there."""
-    old, new = flatten(saved), flatten(json.loads(json.dumps(current)))
+    """Flattened keys whose values differ, neutral keys left out; a key one side lacks reads as ABSENT there.
+
+    Paths (`PATH_KEYS`) are compared made absolute, so a relaunch of a run whose config.json holds one relative
+    is not refused for the new absolute spelling of the same place.
+    """
+    old, new = _absolute_paths(flatten(saved)), _absolute_paths(flatten(json.loads(json.dumps(current))))
     changed = {key: (old.get(key, ABSENT), new.get(key, ABSENT)) for key in sorted(old.keys() | new.keys())}
     return {
         key: values
         for key, values in changed.items()
         if values[0] != values[1] and not any(_under(key, neutral) for neutral in NEUTRAL_KEYS)
+    }
+
+
+def _absolute_paths(flat: dict[str, Any]) -> dict[str, Any]:
+    """`flat` with each non-empty path of `PATH_KEYS` absolute."""
+    return {
+        key: str(absolute_path(value)) if key in PATH_KEYS and isinstance(value, str) and value else value
+        for key, value in flat.items()
     }
 
 

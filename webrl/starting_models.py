@@ -165,9 +165,9 @@ def base_model_dir(config: WebRLConfig, demonstrations: list[Trajectory]) -> Pat
     """The model SFT starts from: a tiny Llama built from config, SmolLM2-135M, or a given directory."""
     model = config.model
     if model.base == "smollm2":
-        from webrl.modules.model_factory import convert_smollm2
+        from webrl.modules.model_factory import SMOLLM2_DIR_NAME, convert_smollm2
 
-        return convert_smollm2(Path(model.cache_dir) / "smollm2-135m-instruct")
+        return convert_smollm2(Path(model.cache_dir) / SMOLLM2_DIR_NAME)
     if model.base != "tiny":
         path = Path(model.base)
         if not (path / "config.json").exists():

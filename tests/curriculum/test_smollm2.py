@@ -28,11 +28,10 @@ SEEDS = [
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(smollm2_dir):
     from webrl.inference.hf import HFEngine
-    from webrl.modules.model_factory import convert_smollm2
 
-    engine = HFEngine(convert_smollm2())
+    engine = HFEngine(smollm2_dir)
     yield engine
     engine.close()
 

@@ -16,14 +16,12 @@ from pathlib import Path
 import pytest
 from openai_server import vllm_server
 
-from webrl.modules.model_factory import convert_smollm2
-
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gym_policy.py"
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(1800)]
 
 
-def test_the_served_model_plays_miniwob_episodes_through_gymnasium(tmp_path):
-    with vllm_server(convert_smollm2(), tmp_path, max_model_len=4096) as base_url:
+def test_the_served_model_plays_miniwob_episodes_through_gymnasium(tmp_path, smollm2_dir):
+    with vllm_server(smollm2_dir, tmp_path, max_model_len=4096) as base_url:
         args = ["--suite", "miniwob", "--policy", "openai", "--base-url", base_url, "--chat"]
         args += ["--episodes", "2", "--max-steps", "2", "--max-tokens", "48"]
         done = subprocess.run(

@@ -29,9 +29,9 @@ def generator_engine(generator: str, cache_dir: str | Path) -> InferenceEngine:
     if generator.startswith(("http://", "https://")):
         return build_engine("openai", None, base_url=generator, mode="chat")
     if generator == "smollm2":
-        from webrl.modules.model_factory import convert_smollm2
+        from webrl.modules.model_factory import SMOLLM2_DIR_NAME, convert_smollm2
 
-        return build_engine("hf", convert_smollm2(Path(cache_dir) / "smollm2-135m-instruct"))
+        return build_engine("hf", convert_smollm2(Path(cache_dir) / SMOLLM2_DIR_NAME))
     return build_engine("hf", generator)
 
 

@@ -32,6 +32,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from webrl.paths import absolute_path, user_cache_dir
+
 BOS_TOKEN = "<|begin_of_text|>"
 EOS_TOKEN = "<|eot_id|>"
 PAD_TOKEN = "<|pad|>"
@@ -41,7 +43,8 @@ ORM_ANSWER_WORDS = ("YES", "NO")
 # vLLM's CPU attention kernels support head_dim 64 but not e.g. 16, so every tiny model uses 64.
 TINY_HEAD_DIM = 64
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_SMOLLM2_DIR = Path("~/.cache/webrl/smollm2-135m-instruct")
+SMOLLM2_DIR_NAME = "smollm2-135m-instruct"
+"""The converted SmolLM2's folder inside a cache directory (a run's model.cache_dir, or the user cache)."""
 
 
 def _train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -140,14 +143,17 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
-def convert_smollm2(cache_dir: str | os.PathLike = DEFAULT_SMOLLM2_DIR) -> Path:
-    """Dequantise the packaged SmolLM2-135M-Instruct GGUF into a safetensors directory, once.
+def convert_smollm2(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Dequantise the packaged SmolLM2-135M-Instruct GGUF into a safetensors directory `cache_dir`, once.
+
+    None writes it to `smollm2-135m-instruct` in the user cache directory (`webrl.paths.user_cache_dir`),
+    the copy that runs with the default model.cache_dir use too.
 
     The first call takes ~20 s (transformers dequantises the Q4_1 tensors to float32); later
     calls find `config.json` and `model.safetensors` and return at once. The directory is
     written under a temporary name and renamed, so an interrupted conversion never looks done.
     """
-    out = Path(cache_dir).expanduser()
+    out = absolute_path(user_cache_dir() / SMOLLM2_DIR_NAME if cache_dir is None else cache_dir)
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         return out
     gguf = smollm2_gguf_path()
