@@ -13,8 +13,9 @@ Rendering rules (why each exists):
 - Wrappers without text or kept attributes (div, span, section, ...) are unwrapped: they cost
   tokens and carry no information. Headings, paragraphs, list items, table rows and cells keep
   their tag because the structure helps the model read lists and tables.
-- Hidden subtrees (display:none, visibility:hidden, aria-hidden, boxes entirely off the page or,
-  with `viewportOnly`, outside the viewport) are dropped: the model cannot act on them.
+- Hidden subtrees (display:none, visibility:hidden, opacity:0, aria-hidden, boxes entirely off the page
+  or, with `viewportOnly`, outside the viewport) are dropped: a person cannot see them. A transparent
+  control can still take clicks, but sites put it under a visible label or box, which is what to act on.
 - `<select>` lists its options with their text, so "Select Dropdown Option" arguments are visible.
 - The walk stops once the output passes the character budget; Python cuts and marks the end.
 - Iframes, canvas, svg and shadow roots are not rendered: the actions could not reach into them.
@@ -140,7 +141,7 @@ OBSERVE_JS = r"""
     const tag = el.localName;
     if (SKIP_TAGS.has(tag)) return EMPTY;
     if (el.getAttribute("aria-hidden") === "true") return EMPTY;
-    if (!el.checkVisibility({ visibilityProperty: true })) return EMPTY;
+    if (!el.checkVisibility({ visibilityProperty: true, opacityProperty: true })) return EMPTY;
     const rect = el.getBoundingClientRect();
     if (offPage(rect)) return EMPTY;
     const style = window.getComputedStyle(el);
