@@ -41,3 +41,8 @@ def test_a_closed_details_shows_its_summary_only(run, page):
     assert "More details </summary>" in html
     assert "Folded text" not in html and "Folded button" not in html
     assert "<p> Unfolded text </p>" in html
+
+
+def test_content_clipped_by_a_zero_height_box_is_dropped(run, page):
+    html = run(observe(page)).html
+    assert "Clipped text" not in html and "Clipped button" not in html

@@ -14,7 +14,8 @@ Rendering rules (why each exists):
   tokens and carry no information. Headings, paragraphs, list items, table rows and cells keep
   their tag because the structure helps the model read lists and tables.
 - Hidden subtrees (display:none, visibility:hidden, opacity:0, aria-hidden, boxes entirely off the page
-  or, with `viewportOnly`, outside the viewport) are dropped: a person cannot see them. A transparent
+  or, with `viewportOnly`, outside the viewport) are dropped: a person cannot see them. So is the content
+  of a box that clips its overflow and has no height or width (a collapsed panel or accordion). A transparent
   control can still take clicks, but sites put it under a visible label or box, which is what to act on.
 - `<select>` lists its options with their text, so "Select Dropdown Option" arguments are visible.
 - The walk stops once the output passes the character budget; Python cuts and marks the end.
@@ -146,6 +147,8 @@ OBSERVE_JS = r"""
     if (offPage(rect)) return EMPTY;
     const style = window.getComputedStyle(el);
     const block = BLOCK_TAGS.has(tag);
+    const clips = style.overflowX !== "visible" || style.overflowY !== "visible";
+    if (clips && (rect.width === 0 || rect.height === 0) && style.display !== "contents") return EMPTY;
     const hasArea = rect.width > 0 && rect.height > 0;
     const interactive = hasArea && isInteractive(el, tag, style, parentPointer);
     let id = null;
