@@ -46,3 +46,10 @@ def test_a_closed_details_shows_its_summary_only(run, page):
 def test_content_clipped_by_a_zero_height_box_is_dropped(run, page):
     html = run(observe(page)).html
     assert "Clipped text" not in html and "Clipped button" not in html
+
+
+def test_a_visible_child_of_a_visibility_hidden_parent_is_kept(run, page):
+    html = run(observe(page)).html
+    assert "Hidden parent text" not in html
+    button = element_id(html, "Visible child")
+    assert f'<button id="{button}"> Visible child </button>' in html

@@ -13,10 +13,12 @@ Rendering rules (why each exists):
 - Wrappers without text or kept attributes (div, span, section, ...) are unwrapped: they cost
   tokens and carry no information. Headings, paragraphs, list items, table rows and cells keep
   their tag because the structure helps the model read lists and tables.
-- Hidden subtrees (display:none, visibility:hidden, opacity:0, aria-hidden, boxes entirely off the page
-  or, with `viewportOnly`, outside the viewport) are dropped: a person cannot see them. So is the content
-  of a box that clips its overflow and has no height or width (a collapsed panel or accordion). A transparent
+- Hidden subtrees (display:none, opacity:0, aria-hidden, boxes entirely off the page or, with
+  `viewportOnly`, outside the viewport) are dropped: a person cannot see them. So is the content of a
+  box that clips its overflow and has no height or width (a collapsed panel or accordion). A transparent
   control can still take clicks, but sites put it under a visible label or box, which is what to act on.
+- A visibility:hidden element shows neither its text nor an id, but its element children are walked:
+  visibility is inherited and a child may set it back to visible (a menu that reveals one entry).
 - `<select>` lists its options with their text, so "Select Dropdown Option" arguments are visible.
 - The walk stops once the output passes the character budget; Python cuts and marks the end.
 - Iframes, canvas, svg and shadow roots are not rendered: the actions could not reach into them.
@@ -142,13 +144,19 @@ OBSERVE_JS = r"""
     const tag = el.localName;
     if (SKIP_TAGS.has(tag)) return EMPTY;
     if (el.getAttribute("aria-hidden") === "true") return EMPTY;
-    if (!el.checkVisibility({ visibilityProperty: true, opacityProperty: true })) return EMPTY;
+    if (!el.checkVisibility({ opacityProperty: true })) return EMPTY;
     const rect = el.getBoundingClientRect();
     if (offPage(rect)) return EMPTY;
     const style = window.getComputedStyle(el);
     const block = BLOCK_TAGS.has(tag);
     const clips = style.overflowX !== "visible" || style.overflowY !== "visible";
     if (clips && (rect.width === 0 || rect.height === 0) && style.display !== "contents") return EMPTY;
+    if (style.visibility !== "visible") {
+      const children = [];
+      for (const child of el.children) children.push(render(child, false));
+      const inner = joinParts(children);
+      return part(inner.text, block, inner.gapBefore, inner.gapAfter);
+    }
     const hasArea = rect.width > 0 && rect.height > 0;
     const interactive = hasArea && isInteractive(el, tag, style, parentPointer);
     let id = null;
