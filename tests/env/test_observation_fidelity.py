@@ -9,9 +9,22 @@ from __future__ import annotations
 import pytest
 from env_helpers import element_id
 
+from webrl.env.actions import parse_action
+from webrl.env.executor import execute_action
 from webrl.env.observation import observe
 
 pytestmark = pytest.mark.timeout(120)
+
+# A banner that appears over the "Visible child" button after the page was observed.
+_COVER_JS = """() => {
+  const rect = document.getElementById("child").getBoundingClientRect();
+  const banner = document.createElement("div");
+  banner.id = "late-banner";
+  banner.textContent = "Late banner";
+  Object.assign(banner.style, {position: "fixed", left: "0px", top: `${rect.top - 10}px`, width: "100%",
+                               height: `${rect.height + 20}px`, background: "white"});
+  document.body.append(banner);
+}"""
 
 
 @pytest.fixture
@@ -53,3 +66,30 @@ def test_a_visible_child_of_a_visibility_hidden_parent_is_kept(run, page):
     assert "Hidden parent text" not in html
     button = element_id(html, "Visible child")
     assert f'<button id="{button}"> Visible child </button>' in html
+
+
+def test_a_covered_button_gets_no_id(run, page):
+    html = run(observe(page)).html
+    assert "Covered button" in html and "Cookie notice" in html
+    assert "Covered button </button>" not in html
+
+
+def test_a_click_on_a_button_covered_after_the_observation_names_the_cover(run, page):
+    html = run(observe(page)).html
+    button = element_id(html, "Visible child")
+    run(page.evaluate(_COVER_JS))
+    error = run(execute_action(page, parse_action(f'do(action="Click", element="{button}")')))
+    assert error == f"element {button} is covered by <div> 'Late banner', so it was not clicked; deal with what covers it first"
+    assert run(page.evaluate("() => window.childClicks")) == 0
+    run(page.evaluate("() => document.getElementById('late-banner').remove()"))
+    assert run(execute_action(page, parse_action(f'do(action="Click", element="{button}")'))) is None
+    assert run(page.evaluate("() => window.childClicks")) == 1
+
+
+def test_a_button_below_the_fold_is_scrolled_to_and_clicked(run, page):
+    run(page.evaluate("() => document.getElementById('spacer').style.height = '2000px'"))
+    html = run(observe(page)).html
+    bottom = element_id(html, "Bottom button")
+    assert run(execute_action(page, parse_action(f'do(action="Click", element="{bottom}")'))) is None
+    assert run(page.evaluate("() => document.getElementById('log').textContent")) == "bottom clicked"
+    assert run(page.evaluate("() => window.scrollY")) > 0

@@ -9,7 +9,9 @@ DOM always gets the same ids. Stale stamps from an earlier observation are remov
 Rendering rules (why each exists):
 - Interactive elements (native controls, ARIA widget roles, inline onclick, contenteditable, and
   elements whose computed cursor becomes `pointer`, which is how sites mark JS-handled clickables)
-  get an id; nothing else does, so every id the model sees is something it can act on.
+  get an id; nothing else does, so every id the model sees is something it can act on. An element
+  whose centre is covered by another (an overlay, a cookie banner) gets no id: a click would land on
+  the cover, so the cover is what to act on.
 - Wrappers without text or kept attributes (div, span, section, ...) are unwrapped: they cost
   tokens and carry no information. Headings, paragraphs, list items, table rows and cells keep
   their tag because the structure helps the model read lists and tables.
@@ -64,6 +66,23 @@ OBSERVE_JS = r"""
   const cleanText = (s) => clip(s.replace(/\s+/g, " ").trim());
   const escText = (s) => s.replace(/</g, "&lt;").replace(/>/g, "&gt;");
   const escAttr = (s) => s.replace(/"/g, "&quot;").replace(/</g, "&lt;");
+
+  // Whether a click at the element's centre would land on something else (an overlay, a banner).
+  // Only a centre inside the viewport and the element's scroll containers can be tested; others keep their id.
+  const covered = (el, rect, clip) => {
+    const x = rect.left + rect.width / 2;
+    const y = rect.top + rect.height / 2;
+    if (x < clip.left || x >= clip.right || y < clip.top || y >= clip.bottom) return false;
+    const hit = document.elementFromPoint(x, y);
+    if (hit === null || el.contains(hit) || hit.contains(el)) return false;
+    return hit.closest("label")?.control !== el;
+  };
+  const clipTo = (clip, rect) => ({
+    left: Math.max(clip.left, rect.left),
+    top: Math.max(clip.top, rect.top),
+    right: Math.min(clip.right, rect.right),
+    bottom: Math.min(clip.bottom, rect.bottom),
+  });
 
   const isInteractive = (el, tag, style, parentPointer) => {
     if (INTERACTIVE_TAGS.has(tag)) return !(tag === "input" && el.type === "hidden");
@@ -131,7 +150,7 @@ OBSERVE_JS = r"""
     return `<select ${attrs.join(" ")}>${options.join("")}</select>`;
   };
 
-  const render = (node, parentPointer) => {
+  const render = (node, parentPointer, clip) => {
     if (emitted > budget) return EMPTY;
     if (node.nodeType === Node.TEXT_NODE) {
       const raw = node.textContent;
@@ -153,12 +172,12 @@ OBSERVE_JS = r"""
     if (clips && (rect.width === 0 || rect.height === 0) && style.display !== "contents") return EMPTY;
     if (style.visibility !== "visible") {
       const children = [];
-      for (const child of el.children) children.push(render(child, false));
+      for (const child of el.children) children.push(render(child, false, clip));
       const inner = joinParts(children);
       return part(inner.text, block, inner.gapBefore, inner.gapAfter);
     }
     const hasArea = rect.width > 0 && rect.height > 0;
-    const interactive = hasArea && isInteractive(el, tag, style, parentPointer);
+    const interactive = hasArea && isInteractive(el, tag, style, parentPointer) && !covered(el, rect, clip);
     let id = null;
     if (interactive) {
       id = nextId++;
@@ -181,9 +200,10 @@ OBSERVE_JS = r"""
       return part(text, block);
     }
     const pointer = style.cursor === "pointer";
+    const innerClip = clips && style.display !== "contents" ? clipTo(clip, rect) : clip;
     const children = [];
     if (tag !== "textarea") {
-      for (const child of el.childNodes) children.push(render(child, pointer));
+      for (const child of el.childNodes) children.push(render(child, pointer, innerClip));
     }
     const inner = joinParts(children);
     if (id === null && attrs.length === 0 && !STRUCTURAL_TAGS.has(tag)) {
@@ -197,7 +217,8 @@ OBSERVE_JS = r"""
   };
 
   const root = document.body || document.documentElement;
-  const html = root ? render(root, false).text : "";
+  const viewport = { left: 0, top: 0, right: vw, bottom: vh };
+  const html = root ? render(root, false, viewport).text : "";
   return { html, url: window.location.href, title: document.title, count: nextId };
 }
 """
