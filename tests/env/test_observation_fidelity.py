@@ -93,3 +93,22 @@ def test_a_button_below_the_fold_is_scrolled_to_and_clicked(run, page):
     assert run(execute_action(page, parse_action(f'do(action="Click", element="{bottom}")'))) is None
     assert run(page.evaluate("() => document.getElementById('log').textContent")) == "bottom clicked"
     assert run(page.evaluate("() => window.scrollY")) > 0
+
+
+def test_hover_menus_on_spans_get_ids_and_hovering_opens_them(run, page):
+    html = run(observe(page)).html
+    products = element_id(html, "Products")
+    account = element_id(html, "Account")
+    assert f'<span id="{products}"> Products </span>' in html and "Lamps" not in html
+    assert run(execute_action(page, parse_action(f'do(action="Hover", element="{account}")'))) is None
+    assert run(page.evaluate("() => document.getElementById('log').textContent")) == "account menu"
+    assert run(execute_action(page, parse_action(f'do(action="Hover", element="{products}")'))) is None
+    opened = run(observe(page)).html
+    lamps = element_id(opened, "Lamps")
+    assert f'<span id="{products}"> Products <a id="{lamps}"> Lamps </a> </span>' in opened
+
+
+def test_hover_styling_of_the_element_itself_gives_no_id(run, page):
+    run(page.add_style_tag(content="h1:hover { color: red; opacity: 0.5 } h1:hover::after { display: block }"))
+    html = run(observe(page)).html
+    assert "<h1> Fidelity </h1>" in html

@@ -8,8 +8,9 @@ DOM always gets the same ids. Stale stamps from an earlier observation are remov
 
 Rendering rules (why each exists):
 - Interactive elements (native controls, ARIA widget roles, inline onclick, contenteditable, and
-  elements whose computed cursor becomes `pointer`, which is how sites mark JS-handled clickables)
-  get an id; nothing else does, so every id the model sees is something it can act on. An element
+  elements whose computed cursor becomes `pointer`, which is how sites mark JS-handled clickables,
+  and hover targets: inline onmouseover/onmouseenter, or a CSS `:hover` rule that shows another
+  element, which is how menus open) get an id; nothing else does, so every id the model sees is something it can act on. An element
   whose centre is covered by another (an overlay, a cookie banner) gets no id: a click would land on
   the cover, so the cover is what to act on.
 - Wrappers without text or kept attributes (div, span, section, ...) are unwrapped: they cost
@@ -47,6 +48,7 @@ OBSERVE_JS = r"""
     "br", "hr", "dl", "dt", "dd", "fieldset", "blockquote", "pre", "details", "figure", "body",
   ]);
   const VOID_TAGS = new Set(["input", "img", "br", "hr"]);
+  const REVEALING = ["display", "visibility", "opacity", "max-height", "height"];
   const KEPT_ATTRS = [
     "title", "alt", "type", "name", "placeholder", "aria-label", "data-value", "data-text",
     "data-testid", "data-label", "data-status",
@@ -84,11 +86,53 @@ OBSERVE_JS = r"""
     bottom: Math.min(clip.bottom, rect.bottom),
   });
 
+  // One selector list of the elements whose hover reveals another: `X:hover Y {display: block}`
+  // gives X. Rules styling only the hovered element itself are cosmetic and left out. Built once per
+  // document and set of style sheets (a large site has thousands of rules); unreadable sheets are skipped.
+  const hoverSelector = () => {
+    const count = document.styleSheets.length;
+    const cached = window.__webrlHover;
+    if (cached && cached.count === count) return cached.selector;
+    const found = [];
+    const visit = (rules) => {
+      for (const rule of rules) {
+        if (rule.cssRules && !rule.selectorText) visit(rule.cssRules);
+        if (!rule.selectorText || !rule.selectorText.includes(":hover")) continue;
+        if (!REVEALING.some((name) => rule.style.getPropertyValue(name))) continue;
+        for (const selector of rule.selectorText.split(",")) {
+          const at = selector.indexOf(":hover");
+          if (at < 0 || !selector.slice(at + 6).replace(/^[^\s>+~]*/, "").trim()) continue;
+          let target = selector.slice(0, at).trim();
+          if (!target || /[\s>+~]$/.test(target)) target += "*";
+          try {
+            document.querySelector(target);
+            found.push(target);
+          } catch {
+            // A selector this cut cannot express (e.g. :hover inside :is()): not a menu we can name.
+          }
+        }
+      }
+    };
+    for (const sheet of document.styleSheets) {
+      try {
+        visit(sheet.cssRules);
+      } catch {
+        // A cross-origin sheet cannot be read.
+      }
+    }
+    const selector = found.join(",");
+    window.__webrlHover = { count, selector };
+    return selector;
+  };
+  const revealsOnHover = hoverSelector();
+
   const isInteractive = (el, tag, style, parentPointer) => {
     if (INTERACTIVE_TAGS.has(tag)) return !(tag === "input" && el.type === "hidden");
     const role = el.getAttribute("role");
     if (role && INTERACTIVE_ROLES.has(role)) return true;
     if (el.hasAttribute("onclick") || el.isContentEditable && !el.parentElement?.isContentEditable) return true;
+    if (el.hasAttribute("onmouseover") || el.hasAttribute("onmouseenter")) return true;
+    if (revealsOnHover && el.matches(revealsOnHover)) return true;
     return style.cursor === "pointer" && !parentPointer;
   };
 
