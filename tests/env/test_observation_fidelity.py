@@ -6,12 +6,14 @@ on the page) and checks the text and the ids the model gets.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from env_helpers import element_id
 
 from webrl.env.actions import parse_action
 from webrl.env.executor import execute_action
-from webrl.env.observation import observe
+from webrl.env.observation import ABOVE_MARK, ObservationConfig, observe
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -79,7 +81,9 @@ def test_a_click_on_a_button_covered_after_the_observation_names_the_cover(run, 
     button = element_id(html, "Visible child")
     run(page.evaluate(_COVER_JS))
     error = run(execute_action(page, parse_action(f'do(action="Click", element="{button}")')))
-    assert error == f"element {button} is covered by <div> 'Late banner', so it was not clicked; deal with what covers it first"
+    assert error == (
+        f"element {button} is covered by <div> 'Late banner', so it was not clicked; deal with what covers it first"
+    )
     assert run(page.evaluate("() => window.childClicks")) == 0
     run(page.evaluate("() => document.getElementById('late-banner').remove()"))
     assert run(execute_action(page, parse_action(f'do(action="Click", element="{button}")'))) is None
@@ -112,3 +116,51 @@ def test_hover_styling_of_the_element_itself_gives_no_id(run, page):
     run(page.add_style_tag(content="h1:hover { color: red; opacity: 0.5 } h1:hover::after { display: block }"))
     html = run(observe(page)).html
     assert "<h1> Fidelity </h1>" in html
+
+
+def _scroll_to_the_end(run, page, config):
+    """Scroll Down until the page stops moving (at most 60 times); the observations seen on the way."""
+    seen = [run(observe(page, config)).html]
+    for _ in range(60):
+        before = run(page.evaluate("() => window.scrollY"))
+        assert run(execute_action(page, parse_action('do(action="Scroll Down")'))) is None
+        if run(page.evaluate("() => window.scrollY")) == before:
+            break
+        seen.append(run(observe(page, config)).html)
+    return seen
+
+
+@pytest.mark.parametrize(("region", "reachable"), [("page", False), ("from_viewport", True)])
+def test_scrolling_reveals_a_long_list_only_from_the_viewport(run, pool, pages, region, reachable):
+    async def open_page():
+        context = await (await pool.browser()).new_context(viewport={"width": 1280, "height": 720})
+        page = await context.new_page()
+        await page.goto(f"{pages.url}/long_list.html")
+        return context, page
+
+    context, page = run(open_page())
+    # A 720-pixel viewport holds about 33 items, 1,800 characters: it fits the budget, as it must for all to be seen.
+    config = ObservationConfig(max_chars=2000, region=region)
+    try:
+        unscrolled = run(observe(page, ObservationConfig(max_chars=2000))).html
+        seen = _scroll_to_the_end(run, page, config)
+        # Unscrolled, both regions show the same start of the list, cut at the budget.
+        assert seen[0] == unscrolled
+        assert seen[0].startswith("<h1> Orders </h1>") and "Order 1 " in seen[0] and "Order 300" not in seen[0]
+        assert all(len(html) <= 2000 + 60 for html in seen)
+        shown = {int(n) for html in seen for n in re.findall(r"Order (\d+) ", html)}
+        assert (shown == set(range(1, 301))) is reachable
+        if reachable:
+            assert seen[-1].startswith(ABOVE_MARK + "\n") and "<h1> Orders </h1>" not in seen[-1]
+            last = element_id(seen[-1], "Open 300")
+            assert run(execute_action(page, parse_action(f'do(action="Click", element="{last}")'))) is None
+    finally:
+        run(context.close())
+
+
+def test_a_short_page_scrolled_still_shows_all_of_it_from_the_viewport(run, page):
+    run(page.evaluate("() => document.getElementById('spacer').style.height = '2000px'"))
+    run(page.evaluate("() => window.scrollTo(0, 1500)"))
+    whole = run(observe(page)).html
+    assert "<h1> Fidelity </h1>" in whole and "Bottom button" in whole
+    assert run(observe(page, ObservationConfig(region="from_viewport"))).html == whole

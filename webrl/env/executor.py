@@ -139,7 +139,7 @@ def _short(err: BaseException) -> str:
 
 
 def _covered(action: Action, cover: dict) -> str:
-    """The error for a Click or Hover that would land on another element: what covers the target, by id if it has one."""
+    """The error for a Click or Hover that would land on another element: what covers it, by id if it has one."""
     what = f"<{cover['tag']}> {cover['text']!r}" if cover["text"] else f"<{cover['tag']}>"
     if cover["id"] is not None:
         what = f"element {cover['id']} ({what})"

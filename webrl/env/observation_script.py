@@ -7,23 +7,27 @@ form and stamps `data-webrl-id="N"` on every element it labels, so that an actio
 DOM always gets the same ids. Stale stamps from an earlier observation are removed first.
 
 Rendering rules (why each exists):
-- Interactive elements (native controls, ARIA widget roles, inline onclick, contenteditable, and
+- Interactive elements (native controls, ARIA widget roles, inline onclick, contenteditable,
   elements whose computed cursor becomes `pointer`, which is how sites mark JS-handled clickables,
   and hover targets: inline onmouseover/onmouseenter, or a CSS `:hover` rule that shows another
-  element, which is how menus open) get an id; nothing else does, so every id the model sees is something it can act on. An element
-  whose centre is covered by another (an overlay, a cookie banner) gets no id: a click would land on
-  the cover, so the cover is what to act on.
+  element, which is how menus open) get an id; nothing else does, so every id the model sees is
+  something it can act on. An element whose centre is covered by another (an overlay, a cookie
+  banner) gets no id: a click would land on the cover, so the cover is what to act on.
 - Wrappers without text or kept attributes (div, span, section, ...) are unwrapped: they cost
   tokens and carry no information. Headings, paragraphs, list items, table rows and cells keep
   their tag because the structure helps the model read lists and tables.
-- Hidden subtrees (display:none, opacity:0, aria-hidden, boxes entirely off the page or, with
-  `viewportOnly`, outside the viewport) are dropped: a person cannot see them. So is the content of a
+- Hidden subtrees (display:none, opacity:0, aria-hidden, boxes entirely off the page or, in the
+  `viewport` region, outside the viewport) are dropped: a person cannot see them. So is the content of a
   box that clips its overflow and has no height or width (a collapsed panel or accordion). A transparent
   control can still take clicks, but sites put it under a visible label or box, which is what to act on.
 - A visibility:hidden element shows neither its text nor an id, but its element children are walked:
   visibility is inherited and a child may set it back to visible (a menu that reveals one entry).
 - `<select>` lists its options with their text, so "Select Dropdown Option" arguments are visible.
-- The walk stops once the output passes the character budget; Python cuts and marks the end.
+- The walk stops once the output passes the character budget; Python cuts and marks the end. In the
+  `from_viewport` region a page that does not fit and is scrolled is walked again without what lies
+  above the viewport, so that scrolling down brings the rest of a long page into the budget; at the
+  end of the page, where no scroll can go further, it is walked whole and Python keeps the end. So
+  every part of a page can be seen as long as a viewport's worth of it fits the budget.
 - Iframes, canvas, svg and shadow roots are not rendered: the actions could not reach into them.
 """
 
@@ -55,14 +59,14 @@ OBSERVE_JS = r"""
   ];
   const textLimit = config.textLimit;
   const budget = config.maxChars;
+  let limit = budget;
   const vw = window.innerWidth;
   const vh = window.innerHeight;
   const sx = window.scrollX;
   const sy = window.scrollY;
   let nextId = 0;
   let emitted = 0;
-
-  document.querySelectorAll("[data-webrl-id]").forEach((el) => el.removeAttribute("data-webrl-id"));
+  let dropAbove = false;
 
   const clip = (s) => (s.length > textLimit ? s.slice(0, textLimit).trimEnd() + "…" : s);
   const cleanText = (s) => clip(s.replace(/\s+/g, " ").trim());
@@ -139,9 +143,10 @@ OBSERVE_JS = r"""
   // A box with no area (display:contents, empty inline) says nothing about visibility: recurse.
   const offPage = (rect) => {
     if (rect.width === 0 || rect.height === 0) return false;
-    if (config.viewportOnly) {
+    if (config.region === "viewport") {
       return rect.right <= 0 || rect.bottom <= 0 || rect.left >= vw || rect.top >= vh;
     }
+    if (dropAbove && rect.bottom <= 0) return true;
     return rect.right + sx <= 0 || rect.bottom + sy <= 0;
   };
 
@@ -195,7 +200,7 @@ OBSERVE_JS = r"""
   };
 
   const render = (node, parentPointer, clip) => {
-    if (emitted > budget) return EMPTY;
+    if (emitted > limit) return EMPTY;
     if (node.nodeType === Node.TEXT_NODE) {
       const raw = node.textContent;
       const text = escText(cleanText(raw));
@@ -262,7 +267,23 @@ OBSERVE_JS = r"""
 
   const root = document.body || document.documentElement;
   const viewport = { left: 0, top: 0, right: vw, bottom: vh };
-  const html = root ? render(root, false, viewport).text : "";
-  return { html, url: window.location.href, title: document.title, count: nextId };
+  const walk = () => {
+    nextId = 0;
+    emitted = 0;
+    document.querySelectorAll("[data-webrl-id]").forEach((el) => el.removeAttribute("data-webrl-id"));
+    return root ? render(root, false, viewport).text : "";
+  };
+  let html = walk();
+  let tail = false;
+  if (config.region === "from_viewport" && html.length > budget && sy > 0) {
+    dropAbove = true;
+    html = walk();
+    if (html.length > budget && sy + vh >= document.documentElement.scrollHeight - 1) {
+      limit = Infinity;
+      tail = true;
+      html = walk();
+    }
+  }
+  return { html, url: window.location.href, title: document.title, count: nextId, above: dropAbove, tail };
 }
 """
