@@ -90,6 +90,16 @@ def test_a_click_on_a_button_covered_after_the_observation_names_the_cover(run, 
     assert run(page.evaluate("() => window.childClicks")) == 1
 
 
+def test_a_button_above_the_view_is_centred_clear_of_a_sticky_header_and_clicked(run, page):
+    run(page.evaluate("() => document.getElementById('spacer').style.height = '2000px'"))
+    html = run(observe(page)).html
+    button = element_id(html, "Visible child")
+    run(page.add_style_tag(content="h1 { position: fixed; top: 0; left: 0; width: 100%; height: 150px; margin: 0; }"))
+    run(page.evaluate("() => window.scrollTo(0, document.body.scrollHeight)"))
+    assert run(execute_action(page, parse_action(f'do(action="Click", element="{button}")'))) is None
+    assert run(page.evaluate("() => window.childClicks")) == 1
+
+
 def test_a_button_below_the_fold_is_scrolled_to_and_clicked(run, page):
     run(page.evaluate("() => document.getElementById('spacer').style.height = '2000px'"))
     html = run(observe(page)).html

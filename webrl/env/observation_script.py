@@ -75,19 +75,19 @@ OBSERVE_JS = r"""
 
   // Whether a click at the element's centre would land on something else (an overlay, a banner).
   // Only a centre inside the viewport and the element's scroll containers can be tested; others keep their id.
-  const covered = (el, rect, clip) => {
+  const covered = (el, rect, bounds) => {
     const x = rect.left + rect.width / 2;
     const y = rect.top + rect.height / 2;
-    if (x < clip.left || x >= clip.right || y < clip.top || y >= clip.bottom) return false;
+    if (x < bounds.left || x >= bounds.right || y < bounds.top || y >= bounds.bottom) return false;
     const hit = document.elementFromPoint(x, y);
     if (hit === null || el.contains(hit) || hit.contains(el)) return false;
     return hit.closest("label")?.control !== el;
   };
-  const clipTo = (clip, rect) => ({
-    left: Math.max(clip.left, rect.left),
-    top: Math.max(clip.top, rect.top),
-    right: Math.min(clip.right, rect.right),
-    bottom: Math.min(clip.bottom, rect.bottom),
+  const within = (bounds, rect) => ({
+    left: Math.max(bounds.left, rect.left),
+    top: Math.max(bounds.top, rect.top),
+    right: Math.min(bounds.right, rect.right),
+    bottom: Math.min(bounds.bottom, rect.bottom),
   });
 
   // One selector list of the elements whose hover reveals another: `X:hover Y {display: block}`
@@ -199,7 +199,8 @@ OBSERVE_JS = r"""
     return `<select ${attrs.join(" ")}>${options.join("")}</select>`;
   };
 
-  const render = (node, parentPointer, clip) => {
+  // `bounds`: the part of the viewport not clipped away by the element's scroll containers.
+  const render = (node, parentPointer, bounds) => {
     if (emitted > limit) return EMPTY;
     if (node.nodeType === Node.TEXT_NODE) {
       const raw = node.textContent;
@@ -221,12 +222,12 @@ OBSERVE_JS = r"""
     if (clips && (rect.width === 0 || rect.height === 0) && style.display !== "contents") return EMPTY;
     if (style.visibility !== "visible") {
       const children = [];
-      for (const child of el.children) children.push(render(child, false, clip));
+      for (const child of el.children) children.push(render(child, false, bounds));
       const inner = joinParts(children);
       return part(inner.text, block, inner.gapBefore, inner.gapAfter);
     }
     const hasArea = rect.width > 0 && rect.height > 0;
-    const interactive = hasArea && isInteractive(el, tag, style, parentPointer) && !covered(el, rect, clip);
+    const interactive = hasArea && isInteractive(el, tag, style, parentPointer) && !covered(el, rect, bounds);
     let id = null;
     if (interactive) {
       id = nextId++;
@@ -249,10 +250,10 @@ OBSERVE_JS = r"""
       return part(text, block);
     }
     const pointer = style.cursor === "pointer";
-    const innerClip = clips && style.display !== "contents" ? clipTo(clip, rect) : clip;
+    const innerBounds = clips && style.display !== "contents" ? within(bounds, rect) : bounds;
     const children = [];
     if (tag !== "textarea") {
-      for (const child of el.childNodes) children.push(render(child, pointer, innerClip));
+      for (const child of el.childNodes) children.push(render(child, pointer, innerBounds));
     }
     const inner = joinParts(children);
     if (id === null && attrs.length === 0 && !STRUCTURAL_TAGS.has(tag)) {
