@@ -10,6 +10,7 @@ BAD_VALUES = [
     ("env.test_tasks=-1", "env.test_tasks=-1", ">= 0"),
     ("env.train_tasks=-3", "env.train_tasks=-3", ">= 0"),
     ("env.html_chars=0", "env.html_chars=0", ">= 1"),
+    ("env.observe_region=screen", "env.observe_region='screen'", "page, viewport, from_viewport"),
     ("env.test_split=tset", "env.test_split='tset'", "train, test, validation, train_fit"),
     ("rollout.top_p=7", "rollout.top_p=7.0", "(0, 1]"),
     ("rollout.temperature=-0.5", "rollout.temperature=-0.5", ">= 0"),

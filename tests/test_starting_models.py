@@ -120,7 +120,8 @@ def test_the_orm_cache_changes_with_its_inputs_and_only_with_them(tmp_path):
 def test_the_demonstrations_cache_follows_how_they_are_recorded(tmp_path):
     plain = demonstrations_path(_config(tmp_path), None)
     assert plain.parent == tmp_path / "cache" and plain.name.startswith("demos-") and plain.suffix == ".jsonl"
-    for changed in ("env.html_chars=999", "env.max_steps=9", "sft.demo_tasks=7", "seed=1", "env.train_split=train_fit"):
+    changes = ("env.html_chars=999", "env.observe_region=page", "env.max_steps=9", "sft.demo_tasks=7", "seed=1")
+    for changed in (*changes, "env.train_split=train_fit"):
         assert demonstrations_path(_config(tmp_path, changed), None) != plain, changed
     for unrelated in ("sft.train.lr=0.5", "rollout.temperature=0.3", "env.test_split=validation"):
         assert demonstrations_path(_config(tmp_path, unrelated), None) == plain, unrelated

@@ -74,9 +74,11 @@ def test_sampling_follows_the_rollout_or_the_evaluation_settings():
 
 
 def test_episode_settings_come_from_the_env_and_rollout_sections():
-    env = _environment("env.max_steps=7", "env.html_chars=1234", "rollout.concurrency=3")
+    env = _environment("env.max_steps=7", "env.html_chars=1234", "env.observe_region=viewport", "rollout.concurrency=3")
     assert env.limits().max_steps == 7
     assert env.observation_config().max_chars == 1234
+    assert env.observation_config().region == "viewport"
+    assert _environment().observation_config().region == "from_viewport"
     assert env.browser_config().max_concurrency == 3
     assert env.browser_config(concurrency=2).max_concurrency == 2
 

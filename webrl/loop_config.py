@@ -16,6 +16,7 @@ from webrl.config_checks import at_least, invalid, one_of, positive, require, wi
 from webrl.curriculum.config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
+from webrl.env.observation import REGIONS
 from webrl.env.screenshots import ScreenshotConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
 from webrl.modules.critic import HEAD_INIT_STD
@@ -112,6 +113,8 @@ class EnvConfig:
     """Steps per episode before it is cut (WebRL uses 30)."""
     html_chars: int = 1500
     """Character budget of a page observation."""
+    observe_region: str = "from_viewport"
+    """page | viewport | from_viewport (default: same as page when a page fits html_chars, but Scroll reaches more)."""
     chromium: str = ""
     """Chromium executable; empty = system chromium or Playwright's browser."""
     storage_state_dir: str = ""
@@ -139,6 +142,7 @@ class EnvConfig:
         at_least("env.test_tasks", self.test_tasks, 0, "(0 = all)")
         at_least("env.max_steps", self.max_steps, 1)
         at_least("env.html_chars", self.html_chars, 1)
+        one_of("env.observe_region", self.observe_region, REGIONS)
         executable = Path(self.chromium).is_file() and os.access(self.chromium, os.X_OK)
         require(not self.chromium or executable, "env.chromium", self.chromium, "must be empty or an executable file")
         state_dir_ok = not self.storage_state_dir or Path(self.storage_state_dir).is_dir()

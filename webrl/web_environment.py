@@ -90,7 +90,7 @@ class WebEnvironment:
         return EpisodeLimits(max_steps=self.config.env.max_steps)
 
     def observation_config(self) -> ObservationConfig:
-        return ObservationConfig(max_chars=self.config.env.html_chars)
+        return ObservationConfig(max_chars=self.config.env.html_chars, region=self.config.env.observe_region)
 
     @staticmethod
     def actor_prompt_builder(engine: InferenceEngine) -> PromptBuilder:

@@ -6,7 +6,14 @@ import re
 
 import pytest
 
-from webrl.env.observation import ObservationConfig, cut_to_budget, element_selector, is_element_id, observe
+from webrl.env.observation import (
+    ObservationConfig,
+    cut_to_budget,
+    cut_to_budget_from_end,
+    element_selector,
+    is_element_id,
+    observe,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -69,7 +76,7 @@ def test_ids_are_stable_and_stamped_on_the_dom(run, page):
 
 def test_viewport_only_drops_what_is_below_the_fold(run, page):
     assert "Bottom button" in run(observe(page)).html
-    assert "Bottom button" not in run(observe(page, ObservationConfig(viewport_only=True))).html
+    assert "Bottom button" not in run(observe(page, ObservationConfig(region="viewport"))).html
 
 
 def test_bbox_text_limit_and_budget(run, page):
@@ -92,6 +99,8 @@ def test_cut_to_budget_leaves_short_text_alone():
     assert "\n[..." in cut
     with pytest.raises(ValueError, match="max_chars"):
         ObservationConfig(max_chars=10)
+    with pytest.raises(ValueError, match="region must be one of page, viewport, from_viewport"):
+        ObservationConfig(region="screen")
 
 
 def test_element_ids_are_the_numbers_the_observation_gives():
@@ -101,3 +110,10 @@ def test_element_ids_are_the_numbers_the_observation_gives():
         assert not is_element_id(element), repr(element)
         with pytest.raises(ValueError, match="not an element id"):
             element_selector(element)
+
+
+def test_cut_from_end_keeps_whole_lines_of_the_end():
+    assert cut_to_budget_from_end("short", 100) == "short"
+    html = "\n".join(f"line {i:02d}" for i in range(20))
+    assert cut_to_budget_from_end(html, 30) == "line 17\nline 18\nline 19"
+    assert cut_to_budget_from_end("x" * 50, 10) == "x" * 10

@@ -16,8 +16,8 @@ the server answers. Dynamic pages can be waited on with the Wait action.
 
 Click and Hover are mouse events at the element's centre, like the release, without Playwright's
 actionability waits (`force=True`): waiting for the element to be stable costs animation frames,
-about 100 ms per click on a busy machine, and a click on a covered element then lands on what
-covers it, as it would for a person.
+about 100 ms per click on a busy machine. A click on a covered element would land on what covers it
+and do nothing the agent could see, so it is refused with an error naming the cover instead.
 """
 
 from __future__ import annotations
@@ -52,15 +52,26 @@ _MAY_NAVIGATE = frozenset({"click", "press_enter", "search", "go_backward", "go_
 NO_EARLIER_PAGE = "there is no earlier page in this tab's history"
 
 # One plain evaluate per element action (no Playwright selector engine, whose injected script
-# costs tens of ms to compile per page): does element N exist, does it open a tab, and for a
-# <select>, which option matches the wanted text (exact text, then value, then case-insensitive),
-# so a missing option is an immediate error instead of select_option waiting for its timeout.
+# costs tens of ms to compile per page): does element N exist, does it open a tab, for a Click or
+# Hover what covers its centre once it is scrolled into view (first the least scroll, then centred,
+# which clears sticky headers), and for a <select>, which option matches the wanted text (exact
+# text, then value, then case-insensitive), so a missing option is an immediate error instead of
+# select_option waiting for its timeout.
 _INSPECT_JS = """
-({selector, wanted}) => {
+({selector, wanted, reach}) => {
   const el = document.querySelector(selector);
   if (!el) return null;
   const link = el.closest("a[href]");
   const info = {opensTab: !!link && link.target === "_blank", isSelect: el.localName === "select", option: -1};
+  const cover = (block) => {
+    el.scrollIntoView({behavior: "instant", block, inline: block});
+    const r = el.getBoundingClientRect();
+    const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+    if (hit === null || el.contains(hit) || hit.contains(el) || hit.closest("label")?.control === el) return null;
+    const text = (hit.innerText || "").replace(/\\s+/g, " ").trim().slice(0, 60);
+    return {id: hit.closest("[data-webrl-id]")?.getAttribute("data-webrl-id") ?? null, tag: hit.localName, text};
+  };
+  if (reach) info.cover = cover("nearest") && cover("center");
   if (!info.isSelect || wanted === null) return info;
   const norm = (s) => s.replace(/\\s+/g, " ").trim();
   const options = Array.from(el.options);
@@ -127,6 +138,15 @@ def _short(err: BaseException) -> str:
     return text[0][:300] if text else type(err).__name__
 
 
+def _covered(action: Action, cover: dict) -> str:
+    """The error for a Click or Hover that would land on another element: what covers it, by id if it has one."""
+    what = f"<{cover['tag']}> {cover['text']!r}" if cover["text"] else f"<{cover['tag']}>"
+    if cover["id"] is not None:
+        what = f"element {cover['id']} ({what})"
+    verb = "clicked" if action.name == "click" else "hovered"
+    return f"element {action.element} is covered by {what}, so it was not {verb}; deal with what covers it first"
+
+
 async def _select(locator: Any, info: dict, action: Action, timeout_ms: float) -> str | None:
     if not info["isSelect"]:
         return f"element {action.element} is not a <select>; click it to open a custom dropdown instead"
@@ -166,9 +186,12 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
         return f'element {action.element!r} is not an element id: use a number N from id="N" in the observation'
     selector = element_selector(action.element or "")
     wanted = action.argument if name == "select" else None
-    info = await evaluate_settled(page, _INSPECT_JS, {"selector": selector, "wanted": wanted})
+    reach = name in ("click", "hover")
+    info = await evaluate_settled(page, _INSPECT_JS, {"selector": selector, "wanted": wanted, "reach": reach})
     if info is None:
         return f"element {action.element} is not in the page (use an id from the current observation)"
+    if reach and info["cover"]:
+        return _covered(action, info["cover"])
     locator = page.locator(selector).first
     if name == "click":
         if info["opensTab"]:

@@ -20,6 +20,10 @@ from webrl.env.observation_script import OBSERVE_JS
 ELEMENT_ATTRIBUTE = "data-webrl-id"
 # What Playwright says when a navigation replaced the document a script was running in.
 _CONTEXT_LOST = ("Execution context was destroyed", "Cannot find context with specified id", "because of a navigation")
+REGIONS = ("page", "viewport", "from_viewport")
+"""What part of a page an observation shows (ObservationConfig.region)."""
+ABOVE_MARK = "[... the page above is left out: Scroll Up to see it ...]"
+"""First line of a from_viewport observation that left out the part of a long page above the viewport."""
 PAGE_SCRIPT_ATTEMPTS = 3
 """How often a page script is run when navigations keep replacing its document under it."""
 # The page script numbers labelled elements 0, 1, 2, … in decimal; no other id exists.
@@ -34,8 +38,8 @@ class ObservationConfig:
     """Character budget of the html; the end is cut and marked when a page is larger."""
     text_limit: int = 500
     """Each text node and attribute value is clipped to this many characters (WebRL: 500)."""
-    viewport_only: bool = False
-    """Keep only elements inside the viewport (WebRL's release: True; needs Scroll actions)."""
+    region: str = "page"
+    """page (all, cut at max_chars) | viewport (the release's) | from_viewport (all if it fits, else from the view)."""
     bbox: bool = False
     """Add `data-bbox="x,y,w,h"` (viewport pixels) to labelled elements, like WebRL's release."""
 
@@ -44,6 +48,8 @@ class ObservationConfig:
             raise ValueError(f"ObservationConfig.max_chars must be >= 100, got {self.max_chars}")
         if self.text_limit < 1:
             raise ValueError(f"ObservationConfig.text_limit must be >= 1, got {self.text_limit}")
+        if self.region not in REGIONS:
+            raise ValueError(f"ObservationConfig.region must be one of {', '.join(REGIONS)}, got {self.region!r}")
 
 
 @dataclass
@@ -87,6 +93,17 @@ def cut_to_budget(html: str, max_chars: int) -> str:
     return f"{head}\n[... observation cut: {len(html) - len(head)} more characters ...]"
 
 
+def cut_to_budget_from_end(html: str, max_chars: int) -> str:
+    """Keep the last `max_chars` characters of `html`, from a line start where possible (the end of a long page)."""
+    if len(html) <= max_chars:
+        return html
+    tail = html[-max_chars:]
+    line_start = tail.find("\n")
+    if 0 <= line_start < max_chars // 2:
+        tail = tail[line_start + 1 :]
+    return tail
+
+
 def is_context_lost(err: BaseException) -> bool:
     """Whether a page script failed only because a navigation replaced its document (then it can run again)."""
     return isinstance(err, PlaywrightError) and any(text in str(err) for text in _CONTEXT_LOST)
@@ -120,8 +137,13 @@ async def observe(page: Any, config: ObservationConfig | None = None) -> Observa
         {
             "maxChars": config.max_chars,
             "textLimit": config.text_limit,
-            "viewportOnly": config.viewport_only,
+            "region": config.region,
             "bbox": config.bbox,
         },
     )
-    return Observation(html=cut_to_budget(result["html"], config.max_chars), url=result["url"], title=result["title"])
+    if result["above"]:
+        cut = cut_to_budget_from_end if result["tail"] else cut_to_budget
+        html = f"{ABOVE_MARK}\n{cut(result['html'], config.max_chars - len(ABOVE_MARK) - 1)}"
+    else:
+        html = cut_to_budget(result["html"], config.max_chars)
+    return Observation(html=html, url=result["url"], title=result["title"])

@@ -7,16 +7,27 @@ form and stamps `data-webrl-id="N"` on every element it labels, so that an actio
 DOM always gets the same ids. Stale stamps from an earlier observation are removed first.
 
 Rendering rules (why each exists):
-- Interactive elements (native controls, ARIA widget roles, inline onclick, contenteditable, and
-  elements whose computed cursor becomes `pointer`, which is how sites mark JS-handled clickables)
-  get an id; nothing else does, so every id the model sees is something it can act on.
+- Interactive elements (native controls, ARIA widget roles, inline onclick, contenteditable,
+  elements whose computed cursor becomes `pointer`, which is how sites mark JS-handled clickables,
+  and hover targets: inline onmouseover/onmouseenter, or a CSS `:hover` rule that shows another
+  element, which is how menus open) get an id; nothing else does, so every id the model sees is
+  something it can act on. An element whose centre is covered by another (an overlay, a cookie
+  banner) gets no id: a click would land on the cover, so the cover is what to act on.
 - Wrappers without text or kept attributes (div, span, section, ...) are unwrapped: they cost
   tokens and carry no information. Headings, paragraphs, list items, table rows and cells keep
   their tag because the structure helps the model read lists and tables.
-- Hidden subtrees (display:none, visibility:hidden, aria-hidden, boxes entirely off the page or,
-  with `viewportOnly`, outside the viewport) are dropped: the model cannot act on them.
+- Hidden subtrees (display:none, opacity:0, aria-hidden, boxes entirely off the page or, in the
+  `viewport` region, outside the viewport) are dropped: a person cannot see them. So is the content of a
+  box that clips its overflow and has no height or width (a collapsed panel or accordion). A transparent
+  control can still take clicks, but sites put it under a visible label or box, which is what to act on.
+- A visibility:hidden element shows neither its text nor an id, but its element children are walked:
+  visibility is inherited and a child may set it back to visible (a menu that reveals one entry).
 - `<select>` lists its options with their text, so "Select Dropdown Option" arguments are visible.
-- The walk stops once the output passes the character budget; Python cuts and marks the end.
+- The walk stops once the output passes the character budget; Python cuts and marks the end. In the
+  `from_viewport` region a page that does not fit and is scrolled is walked again without what lies
+  above the viewport, so that scrolling down brings the rest of a long page into the budget; at the
+  end of the page, where no scroll can go further, it is walked whole and Python keeps the end. So
+  every part of a page can be seen as long as a viewport's worth of it fits the budget.
 - Iframes, canvas, svg and shadow roots are not rendered: the actions could not reach into them.
 """
 
@@ -41,40 +52,101 @@ OBSERVE_JS = r"""
     "br", "hr", "dl", "dt", "dd", "fieldset", "blockquote", "pre", "details", "figure", "body",
   ]);
   const VOID_TAGS = new Set(["input", "img", "br", "hr"]);
+  const REVEALING = ["display", "visibility", "opacity", "max-height", "height"];
   const KEPT_ATTRS = [
     "title", "alt", "type", "name", "placeholder", "aria-label", "data-value", "data-text",
     "data-testid", "data-label", "data-status",
   ];
   const textLimit = config.textLimit;
   const budget = config.maxChars;
+  let limit = budget;
   const vw = window.innerWidth;
   const vh = window.innerHeight;
   const sx = window.scrollX;
   const sy = window.scrollY;
   let nextId = 0;
   let emitted = 0;
-
-  document.querySelectorAll("[data-webrl-id]").forEach((el) => el.removeAttribute("data-webrl-id"));
+  let dropAbove = false;
 
   const clip = (s) => (s.length > textLimit ? s.slice(0, textLimit).trimEnd() + "…" : s);
   const cleanText = (s) => clip(s.replace(/\s+/g, " ").trim());
   const escText = (s) => s.replace(/</g, "&lt;").replace(/>/g, "&gt;");
   const escAttr = (s) => s.replace(/"/g, "&quot;").replace(/</g, "&lt;");
 
+  // Whether a click at the element's centre would land on something else (an overlay, a banner).
+  // Only a centre inside the viewport and the element's scroll containers can be tested; others keep their id.
+  const covered = (el, rect, bounds) => {
+    const x = rect.left + rect.width / 2;
+    const y = rect.top + rect.height / 2;
+    if (x < bounds.left || x >= bounds.right || y < bounds.top || y >= bounds.bottom) return false;
+    const hit = document.elementFromPoint(x, y);
+    if (hit === null || el.contains(hit) || hit.contains(el)) return false;
+    return hit.closest("label")?.control !== el;
+  };
+  const within = (bounds, rect) => ({
+    left: Math.max(bounds.left, rect.left),
+    top: Math.max(bounds.top, rect.top),
+    right: Math.min(bounds.right, rect.right),
+    bottom: Math.min(bounds.bottom, rect.bottom),
+  });
+
+  // One selector list of the elements whose hover reveals another: `X:hover Y {display: block}`
+  // gives X. Rules styling only the hovered element itself are cosmetic and left out. Built once per
+  // document and set of style sheets (a large site has thousands of rules); unreadable sheets are skipped.
+  const hoverSelector = () => {
+    const count = document.styleSheets.length;
+    const cached = window.__webrlHover;
+    if (cached && cached.count === count) return cached.selector;
+    const found = [];
+    const visit = (rules) => {
+      for (const rule of rules) {
+        if (rule.cssRules && !rule.selectorText) visit(rule.cssRules);
+        if (!rule.selectorText || !rule.selectorText.includes(":hover")) continue;
+        if (!REVEALING.some((name) => rule.style.getPropertyValue(name))) continue;
+        for (const selector of rule.selectorText.split(",")) {
+          const at = selector.indexOf(":hover");
+          if (at < 0 || !selector.slice(at + 6).replace(/^[^\s>+~]*/, "").trim()) continue;
+          let target = selector.slice(0, at).trim();
+          if (!target || /[\s>+~]$/.test(target)) target += "*";
+          try {
+            document.querySelector(target);
+            found.push(target);
+          } catch {
+            // A selector this cut cannot express (e.g. :hover inside :is()): not a menu we can name.
+          }
+        }
+      }
+    };
+    for (const sheet of document.styleSheets) {
+      try {
+        visit(sheet.cssRules);
+      } catch {
+        // A cross-origin sheet cannot be read.
+      }
+    }
+    const selector = found.join(",");
+    window.__webrlHover = { count, selector };
+    return selector;
+  };
+  const revealsOnHover = hoverSelector();
+
   const isInteractive = (el, tag, style, parentPointer) => {
     if (INTERACTIVE_TAGS.has(tag)) return !(tag === "input" && el.type === "hidden");
     const role = el.getAttribute("role");
     if (role && INTERACTIVE_ROLES.has(role)) return true;
     if (el.hasAttribute("onclick") || el.isContentEditable && !el.parentElement?.isContentEditable) return true;
+    if (el.hasAttribute("onmouseover") || el.hasAttribute("onmouseenter")) return true;
+    if (revealsOnHover && el.matches(revealsOnHover)) return true;
     return style.cursor === "pointer" && !parentPointer;
   };
 
   // A box with no area (display:contents, empty inline) says nothing about visibility: recurse.
   const offPage = (rect) => {
     if (rect.width === 0 || rect.height === 0) return false;
-    if (config.viewportOnly) {
+    if (config.region === "viewport") {
       return rect.right <= 0 || rect.bottom <= 0 || rect.left >= vw || rect.top >= vh;
     }
+    if (dropAbove && rect.bottom <= 0) return true;
     return rect.right + sx <= 0 || rect.bottom + sy <= 0;
   };
 
@@ -127,8 +199,9 @@ OBSERVE_JS = r"""
     return `<select ${attrs.join(" ")}>${options.join("")}</select>`;
   };
 
-  const render = (node, parentPointer) => {
-    if (emitted > budget) return EMPTY;
+  // `bounds`: the part of the viewport not clipped away by the element's scroll containers.
+  const render = (node, parentPointer, bounds) => {
+    if (emitted > limit) return EMPTY;
     if (node.nodeType === Node.TEXT_NODE) {
       const raw = node.textContent;
       const text = escText(cleanText(raw));
@@ -140,13 +213,21 @@ OBSERVE_JS = r"""
     const tag = el.localName;
     if (SKIP_TAGS.has(tag)) return EMPTY;
     if (el.getAttribute("aria-hidden") === "true") return EMPTY;
-    if (!el.checkVisibility({ visibilityProperty: true })) return EMPTY;
+    if (!el.checkVisibility({ opacityProperty: true })) return EMPTY;
     const rect = el.getBoundingClientRect();
     if (offPage(rect)) return EMPTY;
     const style = window.getComputedStyle(el);
     const block = BLOCK_TAGS.has(tag);
+    const clips = style.overflowX !== "visible" || style.overflowY !== "visible";
+    if (clips && (rect.width === 0 || rect.height === 0) && style.display !== "contents") return EMPTY;
+    if (style.visibility !== "visible") {
+      const children = [];
+      for (const child of el.children) children.push(render(child, false, bounds));
+      const inner = joinParts(children);
+      return part(inner.text, block, inner.gapBefore, inner.gapAfter);
+    }
     const hasArea = rect.width > 0 && rect.height > 0;
-    const interactive = hasArea && isInteractive(el, tag, style, parentPointer);
+    const interactive = hasArea && isInteractive(el, tag, style, parentPointer) && !covered(el, rect, bounds);
     let id = null;
     if (interactive) {
       id = nextId++;
@@ -169,9 +250,10 @@ OBSERVE_JS = r"""
       return part(text, block);
     }
     const pointer = style.cursor === "pointer";
+    const innerBounds = clips && style.display !== "contents" ? within(bounds, rect) : bounds;
     const children = [];
     if (tag !== "textarea") {
-      for (const child of el.childNodes) children.push(render(child, pointer));
+      for (const child of el.childNodes) children.push(render(child, pointer, innerBounds));
     }
     const inner = joinParts(children);
     if (id === null && attrs.length === 0 && !STRUCTURAL_TAGS.has(tag)) {
@@ -185,7 +267,24 @@ OBSERVE_JS = r"""
   };
 
   const root = document.body || document.documentElement;
-  const html = root ? render(root, false).text : "";
-  return { html, url: window.location.href, title: document.title, count: nextId };
+  const viewport = { left: 0, top: 0, right: vw, bottom: vh };
+  const walk = () => {
+    nextId = 0;
+    emitted = 0;
+    document.querySelectorAll("[data-webrl-id]").forEach((el) => el.removeAttribute("data-webrl-id"));
+    return root ? render(root, false, viewport).text : "";
+  };
+  let html = walk();
+  let tail = false;
+  if (config.region === "from_viewport" && html.length > budget && sy > 0) {
+    dropAbove = true;
+    html = walk();
+    if (html.length > budget && sy + vh >= document.documentElement.scrollHeight - 1) {
+      limit = Infinity;
+      tail = true;
+      html = walk();
+    }
+  }
+  return { html, url: window.location.href, title: document.title, count: nextId, above: dropAbove, tail };
 }
 """

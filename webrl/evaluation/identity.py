@@ -65,6 +65,7 @@ def evaluation_settings(config: WebRLConfig) -> dict[str, Any]:
         "max_tokens": config.rollout.max_tokens,
         "max_steps": config.env.max_steps,
         "html_chars": config.env.html_chars,
+        "observe_region": config.env.observe_region,
     }
 
 

@@ -1,0 +1,176 @@
+"""What a person sees is what the observation shows: the gaps of issue 13, each on a real page in Chromium.
+
+`pages/fidelity.html` holds one case per gap; every test observes it in a fresh context (some tests act
+on the page) and checks the text and the ids the model gets.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from env_helpers import element_id
+
+from webrl.env.actions import parse_action
+from webrl.env.executor import execute_action
+from webrl.env.observation import ABOVE_MARK, ObservationConfig, observe
+
+pytestmark = pytest.mark.timeout(120)
+
+# A banner that appears over the "Visible child" button after the page was observed.
+_COVER_JS = """() => {
+  const rect = document.getElementById("child").getBoundingClientRect();
+  const banner = document.createElement("div");
+  banner.id = "late-banner";
+  banner.textContent = "Late banner";
+  Object.assign(banner.style, {position: "fixed", left: "0px", top: `${rect.top - 10}px`, width: "100%",
+                               height: `${rect.height + 20}px`, background: "white"});
+  document.body.append(banner);
+}"""
+
+
+@pytest.fixture
+def page(run, pool, pages):
+    """The fidelity page in a fresh 1280x720 context."""
+
+    async def open_page():
+        context = await (await pool.browser()).new_context(viewport={"width": 1280, "height": 720})
+        page = await context.new_page()
+        await page.goto(f"{pages.url}/fidelity.html")
+        return context, page
+
+    context, page = run(open_page())
+    yield page
+    run(context.close())
+
+
+def test_transparent_elements_are_dropped(run, page):
+    html = run(observe(page)).html
+    assert "<h1> Fidelity </h1>" in html
+    assert "Transparent button" not in html
+    assert "Transparent paragraph" not in html
+
+
+def test_a_closed_details_shows_its_summary_only(run, page):
+    html = run(observe(page)).html
+    assert "More details </summary>" in html
+    assert "Folded text" not in html and "Folded button" not in html
+    assert "<p> Unfolded text </p>" in html
+
+
+def test_content_clipped_by_a_zero_height_box_is_dropped(run, page):
+    html = run(observe(page)).html
+    assert "Clipped text" not in html and "Clipped button" not in html
+
+
+def test_a_visible_child_of_a_visibility_hidden_parent_is_kept(run, page):
+    html = run(observe(page)).html
+    assert "Hidden parent text" not in html
+    button = element_id(html, "Visible child")
+    assert f'<button id="{button}"> Visible child </button>' in html
+
+
+def test_a_covered_button_gets_no_id(run, page):
+    html = run(observe(page)).html
+    assert "Covered button" in html and "Cookie notice" in html
+    assert "Covered button </button>" not in html
+
+
+def test_a_click_on_a_button_covered_after_the_observation_names_the_cover(run, page):
+    html = run(observe(page)).html
+    button = element_id(html, "Visible child")
+    run(page.evaluate(_COVER_JS))
+    error = run(execute_action(page, parse_action(f'do(action="Click", element="{button}")')))
+    assert error == (
+        f"element {button} is covered by <div> 'Late banner', so it was not clicked; deal with what covers it first"
+    )
+    assert run(page.evaluate("() => window.childClicks")) == 0
+    run(page.evaluate("() => document.getElementById('late-banner').remove()"))
+    assert run(execute_action(page, parse_action(f'do(action="Click", element="{button}")'))) is None
+    assert run(page.evaluate("() => window.childClicks")) == 1
+
+
+def test_a_button_above_the_view_is_centred_clear_of_a_sticky_header_and_clicked(run, page):
+    run(page.evaluate("() => document.getElementById('spacer').style.height = '2000px'"))
+    html = run(observe(page)).html
+    button = element_id(html, "Visible child")
+    run(page.add_style_tag(content="h1 { position: fixed; top: 0; left: 0; width: 100%; height: 150px; margin: 0; }"))
+    run(page.evaluate("() => window.scrollTo(0, document.body.scrollHeight)"))
+    assert run(execute_action(page, parse_action(f'do(action="Click", element="{button}")'))) is None
+    assert run(page.evaluate("() => window.childClicks")) == 1
+
+
+def test_a_button_below_the_fold_is_scrolled_to_and_clicked(run, page):
+    run(page.evaluate("() => document.getElementById('spacer').style.height = '2000px'"))
+    html = run(observe(page)).html
+    bottom = element_id(html, "Bottom button")
+    assert run(execute_action(page, parse_action(f'do(action="Click", element="{bottom}")'))) is None
+    assert run(page.evaluate("() => document.getElementById('log').textContent")) == "bottom clicked"
+    assert run(page.evaluate("() => window.scrollY")) > 0
+
+
+def test_hover_menus_on_spans_get_ids_and_hovering_opens_them(run, page):
+    html = run(observe(page)).html
+    products = element_id(html, "Products")
+    account = element_id(html, "Account")
+    assert f'<span id="{products}"> Products </span>' in html and "Lamps" not in html
+    assert run(execute_action(page, parse_action(f'do(action="Hover", element="{account}")'))) is None
+    assert run(page.evaluate("() => document.getElementById('log').textContent")) == "account menu"
+    assert run(execute_action(page, parse_action(f'do(action="Hover", element="{products}")'))) is None
+    opened = run(observe(page)).html
+    lamps = element_id(opened, "Lamps")
+    assert f'<span id="{products}"> Products <a id="{lamps}"> Lamps </a> </span>' in opened
+
+
+def test_hover_styling_of_the_element_itself_gives_no_id(run, page):
+    run(page.add_style_tag(content="h1:hover { color: red; opacity: 0.5 } h1:hover::after { display: block }"))
+    html = run(observe(page)).html
+    assert "<h1> Fidelity </h1>" in html
+
+
+def _scroll_to_the_end(run, page, config):
+    """Scroll Down until the page stops moving (at most 60 times); the observations seen on the way."""
+    seen = [run(observe(page, config)).html]
+    for _ in range(60):
+        before = run(page.evaluate("() => window.scrollY"))
+        assert run(execute_action(page, parse_action('do(action="Scroll Down")'))) is None
+        if run(page.evaluate("() => window.scrollY")) == before:
+            break
+        seen.append(run(observe(page, config)).html)
+    return seen
+
+
+@pytest.mark.parametrize(("region", "reachable"), [("page", False), ("from_viewport", True)])
+def test_scrolling_reveals_a_long_list_only_from_the_viewport(run, pool, pages, region, reachable):
+    async def open_page():
+        context = await (await pool.browser()).new_context(viewport={"width": 1280, "height": 720})
+        page = await context.new_page()
+        await page.goto(f"{pages.url}/long_list.html")
+        return context, page
+
+    context, page = run(open_page())
+    # A 720-pixel viewport holds about 33 items, 1,800 characters: it fits the budget, as it must for all to be seen.
+    config = ObservationConfig(max_chars=2000, region=region)
+    try:
+        unscrolled = run(observe(page, ObservationConfig(max_chars=2000))).html
+        seen = _scroll_to_the_end(run, page, config)
+        # Unscrolled, both regions show the same start of the list, cut at the budget.
+        assert seen[0] == unscrolled
+        assert seen[0].startswith("<h1> Orders </h1>") and "Order 1 " in seen[0] and "Order 300" not in seen[0]
+        assert all(len(html) <= 2000 + 60 for html in seen)
+        shown = {int(n) for html in seen for n in re.findall(r"Order (\d+) ", html)}
+        assert (shown == set(range(1, 301))) is reachable
+        if reachable:
+            assert seen[-1].startswith(ABOVE_MARK + "\n") and "<h1> Orders </h1>" not in seen[-1]
+            last = element_id(seen[-1], "Open 300")
+            assert run(execute_action(page, parse_action(f'do(action="Click", element="{last}")'))) is None
+    finally:
+        run(context.close())
+
+
+def test_a_short_page_scrolled_still_shows_all_of_it_from_the_viewport(run, page):
+    run(page.evaluate("() => document.getElementById('spacer').style.height = '2000px'"))
+    run(page.evaluate("() => window.scrollTo(0, 1500)"))
+    whole = run(observe(page)).html
+    assert "<h1> Fidelity </h1>" in whole and "Bottom button" in whole
+    assert run(observe(page, ObservationConfig(region="from_viewport"))).html == whole
