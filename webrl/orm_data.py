@@ -206,7 +206,7 @@ class ORMDataBuilder:
     ) -> list[Trajectory]:
         """This rank's share of `tasks` run by `engine` into `<data_dir>/<name>.rank<r>.jsonl`; every rank's, tagged."""
         fabric = self.fabric
-        shard = tasks[fabric.global_rank :: fabric.world_size]
+        shard = self.config.engines.shard(tasks, fabric.global_rank, self.config.fabric)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path = self.data_dir / f"{name}.rank{fabric.global_rank}.jsonl"
         fabric.print(f"[orm] {name}: {len(tasks)} episodes")
