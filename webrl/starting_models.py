@@ -229,7 +229,9 @@ def train_sft(
         group_by_length=settings.group_by_length,
     )
     data.setup()
-    wrapped, optimizer = setup_for_training(fabric, module)
+    wrapped, optimizer = setup_for_training(
+        fabric, module, activation_checkpointing=config.fabric.activation_checkpointing
+    )
     loader = fabric.setup_dataloaders(data.actor_dataloader())
     metrics = train_module(fabric, wrapped, optimizer, loader, settings, name=name)
     save_model_dir(fabric, module.model, module.tokenizer, target, {"base": str(base), "metrics": metrics})
@@ -271,7 +273,9 @@ def train_orm(
         shuffle=True,
         collate_fn=lambda rows: OutcomeRewardModule.collate(module.tokenizer, rows, config.model.max_length),
     )
-    wrapped, optimizer = setup_for_training(fabric, module)
+    wrapped, optimizer = setup_for_training(
+        fabric, module, activation_checkpointing=config.fabric.activation_checkpointing
+    )
     metrics = train_module(fabric, wrapped, optimizer, fabric.setup_dataloaders(loader), settings, name="orm")
     metrics["orm/examples"] = float(len(examples))
     info = {"base": str(base), "metrics": metrics, "data": data or {}}
