@@ -23,10 +23,21 @@ from webrl.run_state import RunState
 
 ABSENT = object()
 """Stands for a key that one of the two configs lacks (a key added to the schema since the run started)."""
-NEUTRAL_KEYS = ("output_dir", "phases", "tracking", "resume", "env.strict_tasks", "env.screenshots")
+NEUTRAL_KEYS = (
+    "output_dir",
+    "phases",
+    "tracking",
+    "resume",
+    "env.strict_tasks",
+    "env.screenshots",
+    "engines.gpu_memory_utilization",
+    "engines.sleep",
+    "fabric.activation_checkpointing",
+)
 """Where the run lives, how far it goes (phases only bounds the loop), where metrics go, this check's own keys,
-env.strict_tasks (it loads the same tasks or stops, so it never changes a result) and env.screenshots (pictures
-for the report; the agent never sees them)."""
+env.strict_tasks (it loads the same tasks or stops, so it never changes a result), env.screenshots (pictures
+for the report; the agent never sees them), and the GPU memory settings (vLLM's budget and sleep, activation
+checkpointing: the same numbers in other places and times)."""
 
 
 @dataclass
