@@ -89,10 +89,15 @@ class ModelCounts:
     head_params: int
     """the LM head alone (0 when tied to the embeddings): the critic has none"""
     layers: int
+    """decoder layers"""
     hidden: int
+    """hidden size h"""
     intermediate: int
+    """MLP width i"""
     kv_dim: int
+    """key (and value) width per token: KV heads x head dim"""
     vocab: int
+    """vocabulary size"""
 
 
 def model_config(name: str, *, tiny: Any = None) -> Any:
@@ -161,11 +166,13 @@ class MemoryPlan:
     """Per-rank bytes of one training stage and of the vLLM engine beside it, against the device's memory."""
 
     counts: ModelCounts
+    """the model's parameter counts and dimensions"""
     strategy: str
     """fabric.strategy: fsdp and model_parallel shard over `ranks`, the others keep whole copies"""
     ranks: int
     """devices per node x nodes"""
     precision: str
+    """fabric.precision: the master dtype of parameters, gradients and moments, and the compute dtype"""
     actor_batch: int
     """actor.train.batch_size: sequences per micro-step"""
     critic_batch: int
@@ -175,10 +182,13 @@ class MemoryPlan:
     action_tokens: int
     """positions whose logits the actor forms: rollout.max_tokens + EOS"""
     activation_checkpointing: bool
+    """fabric.activation_checkpointing"""
     device_bytes: int
+    """one device's memory"""
     vllm_utilization: float = 0.0
     """the colocated engine's gpu_memory_utilization (0: no engine on this GPU)"""
     vllm_sleeps: bool = True
+    """engines.sleep: the engine sleeps while the stages train"""
 
     def stage(self, name: str) -> dict[str, int]:
         """Bytes per rank of the `actor` or `critic` stage's training, component by component."""

@@ -322,6 +322,8 @@ def ensure_orm(
     data_dir = target.with_name(target.name.replace("orm-", "orm-data-", 1))
     builder = ORMDataBuilder(config, fabric, env, data_dir, demonstration_tokenizer(config))
     trajectories, counts = builder.build(engine, demos)
+    if config.engines.sleep and hasattr(engine, "sleep"):
+        engine.sleep()  # the ORM trains on the GPU the engine shares; the loop wakes it for rollouts
     fabric.print(f"[orm] training on {len(trajectories)} balanced trajectories\n{format_counts(counts)}")
     train_orm(config, fabric, sft, trajectories, target, data=counts)
     return target
