@@ -90,6 +90,8 @@ class VLLMEngine:
             llm_options.setdefault("enable_chunked_prefill", False)
         self.supports_sleep = enable_sleep_mode and current_platform.is_sleep_mode_available()
         self.asleep = False
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # what a training stage of this process cached would count against the budget
         with _torch_threads_preserved(), _environment(env):
             self.llm = LLM(
                 model=str(self.model_path),
