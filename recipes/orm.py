@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         engine = build_engine(config.rollout.engine, sft, **engine_options(config))
         try:
             orm = ensure_orm(config, fabric, env, engine, sft, demos)
+            if hasattr(engine, "wake_up"):
+                engine.wake_up()  # asleep while the ORM trained (engines.sleep)
             tasks = env.suite(config.env.test_split, config.env.test_tasks, config.seed)
             held_out, _ = env.run_episodes(
                 engine, tasks, out_dir / "orm_eval.jsonl", phase=-1, evaluation=False, seed=config.seed

@@ -104,11 +104,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     fabric = launch_fabric(config, loggers)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)
-        engine = build_engine(config.rollout.engine, sft, **engine_options(config))
+        has_engine = config.engines.engine_index(fabric.global_rank, config.fabric) is not None
+        engine = build_engine(config.rollout.engine, sft, **engine_options(config)) if has_engine else None
         orm = ensure_orm(config, fabric, env, engine, sft, demos) if config.reward.orm_labels else None
         loop = PhaseLoop(config, fabric, env, engine, sft_dir=sft, orm_dir=orm, demonstrations=demos)
         history = loop.run()
-        engine.close()
+        if engine is not None:
+            engine.close()
     if fabric.is_global_zero:
         print(format_phase_table(history))
     for logger in loggers:
@@ -122,7 +124,7 @@ def engine_options(config: WebRLConfig) -> dict:
         return {"batch_size": config.rollout.concurrency}
     if config.rollout.engine == "openai":
         return {"base_url": config.rollout.openai_url}
-    return {}
+    return config.engines.engine_options(config.rollout.engine, config.fabric)
 
 
 if __name__ == "__main__":

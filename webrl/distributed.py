@@ -38,6 +38,8 @@ class FabricConfig:
     """nodes"""
     precision: str = "32-true"
     """Lightning precision string: 32-true, bf16-mixed, bf16-true, 16-mixed, 16-true, 64-true (or 32, bf16, 16, 64)"""
+    activation_checkpointing: bool = False
+    """recompute each decoder layer in backward instead of keeping its activations (long sequences on GPUs)"""
 
     def validate(self) -> None:
         """Raise ConfigError naming the `fabric.<key>` at fault, its value and what is allowed."""

@@ -14,8 +14,9 @@ that had finished. A redone stage ends as the first attempt would have: the repl
 `phases.csv` are keyed by phase (rewritten, never appended twice), and the replay filter reads only the
 phases before its own. `WEBRL_FAULT` ends the process at a named stage boundary or inside a named
 atomic write, for the crash tests (`webrl.data.atomic_io`). Rollouts are sharded
-across ranks (each rank runs its own browser and engine on its share of the tasks and writes its
-own file); every collective (training, weight gathering) runs on all ranks.
+across engines (`webrl.engine_placement`: by default each rank runs its own browser and engine on its
+share of the tasks and writes its own file); every collective (training, weight gathering) runs on all
+ranks. A vLLM engine with `engines.sleep` sleeps through the stages that load models of their own.
 
 The loop says what runs when and from which checkpoint; the work lives beside it: the curriculum's
 proposals in `webrl.curriculum.phase`, the replay scoring and critic/actor training in
@@ -39,7 +40,7 @@ from webrl.data.labels import label_with_orm
 from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import ReplayBuffer
 from webrl.data.steps import StepSample, write_samples
-from webrl.data.trajectory import Trajectory, write_trajectories
+from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.inference.engine import InferenceEngine, ReloadableEngine
 from webrl.inference.rollout_metrics import rollout_counts
 from webrl.loop_config import WebRLConfig
@@ -50,6 +51,9 @@ from webrl.phase_training import critic_scorer, filter_replay, sample_by_steps, 
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState, seed_everything_for, stage_seed
 from webrl.web_environment import WebEnvironment
+
+GENERATING_STAGES = ("rollouts", "sync", "evaluate")
+"""The stages that decode with the rollout engine; in the others a sleeping engine leaves the GPU to the models."""
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +70,7 @@ class PhaseLoop:
         config: WebRLConfig,
         fabric: Fabric,
         env: WebEnvironment,
-        engine: InferenceEngine,
+        engine: InferenceEngine | None,
         *,
         sft_dir: Path,
         orm_dir: Path | None,
@@ -101,6 +105,7 @@ class PhaseLoop:
                 if self.state.is_done(phase, stage):
                     continue
                 seed_everything_for(self.config.seed, phase, stage)
+                self._engine_awake(stage in GENERATING_STAGES)
                 self.fabric.print(f"[phase {phase}] {stage}")
                 started = time.perf_counter()
                 metrics = run_stage(phase) or {}
@@ -156,7 +161,7 @@ class PhaseLoop:
         return {**metrics, "curriculum/tasks": float(len(self.layout.tasks(phase)))}
 
     def _rollouts(self, phase: int) -> dict[str, float]:
-        tasks = self.layout.tasks(phase)[self.fabric.global_rank :: self.fabric.world_size]
+        tasks = self._shard(self.layout.tasks(phase))
         self._sync_engine(self.actor_dir(phase))
         out = self.layout.rollouts_path(phase, self.fabric.global_rank)
         seed = stage_seed(self.config.seed, phase, "rollouts") + self.fabric.global_rank
@@ -242,7 +247,7 @@ class PhaseLoop:
 
     def _evaluate(self, phase: int) -> dict[str, float]:
         tasks = self.env.suite(self.config.env.test_split, self.config.env.test_tasks, self.config.seed)
-        shard = tasks[self.fabric.global_rank :: self.fabric.world_size]
+        shard = self._shard(tasks)
         self._sync_engine(self.actor_dir(phase + 1))
         out = self.layout.eval_path(phase, self.fabric.global_rank)
         self.env.run_episodes(
@@ -268,8 +273,23 @@ class PhaseLoop:
 
         return lambda task, steps, html: actor_prompt_for_step(task, steps, html, chat_template_tokenizer=tokenizer)
 
+    def _shard(self, tasks: list[Task]) -> list[Task]:
+        """This rank's tasks: its engine's share (`engines.placement`), none on a rank without an engine."""
+        return self.config.engines.shard(tasks, self.fabric.global_rank, self.config.fabric)
+
+    def _engine_awake(self, awake: bool) -> None:
+        """Wake a vLLM engine for a stage that generates, sleep it through one that loads models (`engines.sleep`)."""
+        if not self.config.engines.sleep or not hasattr(self.engine, "sleep"):
+            return
+        if awake:
+            self.engine.wake_up()
+        else:
+            self.engine.sleep()
+
     def _sync_engine(self, actor_dir: Path) -> None:
         """Point the engine at `actor_dir` unless it already serves it (a reload costs seconds)."""
+        if self.engine is None:
+            return
         if not isinstance(self.engine, ReloadableEngine):
             raise ValueError(
                 f"rollout.engine={self.config.rollout.engine} cannot load new actor weights: use hf or vllm for WebRL "

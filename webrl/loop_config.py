@@ -16,6 +16,7 @@ from webrl.config_checks import at_least, invalid, one_of, positive, require, wi
 from webrl.curriculum.config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
 from webrl.distributed import FabricConfig
+from webrl.engine_placement import EnginePlacement
 from webrl.env.observation import REGIONS
 from webrl.env.screenshots import ScreenshotConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
@@ -362,6 +363,7 @@ class WebRLConfig:
     orm: ORMConfig = field(default_factory=ORMConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    engines: EnginePlacement = field(default_factory=EnginePlacement)
     reward: RewardConfig = field(default_factory=RewardConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
@@ -378,7 +380,7 @@ class WebRLConfig:
         at_least("phases", self.phases, 0)
         for section in (self.model, self.sft, self.orm, self.env, self.rollout, self.reward, self.actor, self.critic):
             section.validate()
-        for section in (self.replay, self.curriculum, self.fabric, self.tracking):
+        for section in (self.replay, self.curriculum, self.fabric, self.engines, self.tracking):
             section.validate()
         self.resume.validate(flatten(dataclasses.asdict(self)))
         if self.rollout.max_tokens >= self.model.max_length:

@@ -156,7 +156,9 @@ class ORMDataBuilder:
         """The balanced training trajectories (each tagged with its source) and the per-source counts."""
         data, seed = self.config.orm.data, self.config.seed
         made: list[Trajectory] = []
-        if data.actor_rollouts and actor is not None:
+        # A rank that `engines.placement` gives no engine still joins the episodes' gather, with no tasks.
+        engineless = self.config.engines.engine_index(self.fabric.global_rank, self.config.fabric) is None
+        if data.actor_rollouts and (actor is not None or engineless):
             tasks = self.env.suite(self.config.env.train_split, self.config.orm.rollout_tasks, seed + 1)
             made += self.run("actor", actor, tasks, evaluation=False)
         if data.demonstrations:
@@ -206,7 +208,7 @@ class ORMDataBuilder:
     ) -> list[Trajectory]:
         """This rank's share of `tasks` run by `engine` into `<data_dir>/<name>.rank<r>.jsonl`; every rank's, tagged."""
         fabric = self.fabric
-        shard = tasks[fabric.global_rank :: fabric.world_size]
+        shard = self.config.engines.shard(tasks, fabric.global_rank, self.config.fabric)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path = self.data_dir / f"{name}.rank{fabric.global_rank}.jsonl"
         fabric.print(f"[orm] {name}: {len(tasks)} episodes")

@@ -108,7 +108,9 @@ def train_critic(
     settings = config.critic.train
     critic = load_critic(config, sft_dir, start_from, lr=settings.lr)
     data = replay_datamodule(config, layout, phase, critic.tokenizer, settings, target="critic")
-    module, optimizer = setup_for_training(fabric, critic)
+    module, optimizer = setup_for_training(
+        fabric, critic, activation_checkpointing=config.fabric.activation_checkpointing
+    )
     metrics = train_module(
         fabric,
         module,
@@ -148,9 +150,15 @@ def train_actor(
         lora=config.actor.lora.active(),
     )
     data = replay_datamodule(config, layout, phase, tokenizer, settings, target="actor")
-    critic = load_critic(config, sft_dir, critic_path)
-    scored = score_advantages(fabric, critic, data, config, values_path=layout.advantages_path(phase))
-    module, optimizer = setup_for_training(fabric, actor)
+    # The scoring critic is whole on every rank: it must be gone before the actor and its pi_ref are set up.
+    scored = score_advantages(
+        fabric, load_critic(config, sft_dir, critic_path), data, config, values_path=layout.advantages_path(phase)
+    )
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    module, optimizer = setup_for_training(
+        fabric, actor, activation_checkpointing=config.fabric.activation_checkpointing
+    )
     metrics = scored | train_module(
         fabric,
         module,

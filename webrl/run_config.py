@@ -32,11 +32,15 @@ NEUTRAL_KEYS = (
     "resume",
     "env.strict_tasks",
     "env.screenshots",
+    "engines.gpu_memory_utilization",
+    "engines.sleep",
+    "fabric.activation_checkpointing",
 )
 """Where the run lives, where built models are kept (each cached product is named by a key of the settings that
 make it, so another cache builds the same products again, never other ones), how far it goes (phases only bounds
 the loop), where metrics go, this check's own keys, env.strict_tasks (it loads the same tasks or stops, so it
-never changes a result) and env.screenshots (pictures for the report; the agent never sees them)."""
+never changes a result), env.screenshots (pictures for the report; the agent never sees them), and the GPU memory
+settings (vLLM's budget and sleep, activation checkpointing: the same numbers in other places and times)."""
 PATH_KEYS = ("output_dir", "model.cache_dir", "model.actor", "model.orm")
 """Keys holding paths, made absolute when the config is read (an empty value stays empty). A config.json written
 before that may hold one relative: it is compared as relative to the current folder, where it was read then."""

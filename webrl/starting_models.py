@@ -230,7 +230,9 @@ def train_sft(
         group_by_length=settings.group_by_length,
     )
     data.setup()
-    wrapped, optimizer = setup_for_training(fabric, module)
+    wrapped, optimizer = setup_for_training(
+        fabric, module, activation_checkpointing=config.fabric.activation_checkpointing
+    )
     loader = fabric.setup_dataloaders(data.actor_dataloader())
     metrics = train_module(fabric, wrapped, optimizer, loader, settings, name=name)
     save_model_dir(fabric, module.model, module.tokenizer, target, {"base": str(base), "metrics": metrics})
@@ -272,7 +274,9 @@ def train_orm(
         shuffle=True,
         collate_fn=lambda rows: OutcomeRewardModule.collate(module.tokenizer, rows, config.model.max_length),
     )
-    wrapped, optimizer = setup_for_training(fabric, module)
+    wrapped, optimizer = setup_for_training(
+        fabric, module, activation_checkpointing=config.fabric.activation_checkpointing
+    )
     metrics = train_module(fabric, wrapped, optimizer, fabric.setup_dataloaders(loader), settings, name="orm")
     metrics["orm/examples"] = float(len(examples))
     info = {"base": str(base), "metrics": metrics, "data": data or {}}
@@ -319,6 +323,8 @@ def ensure_orm(
     data_dir = target.with_name(target.name.replace("orm-", "orm-data-", 1))
     builder = ORMDataBuilder(config, fabric, env, data_dir, demonstration_tokenizer(config))
     trajectories, counts = builder.build(engine, demos)
+    if config.engines.sleep and hasattr(engine, "sleep"):
+        engine.sleep()  # the ORM trains on the GPU the engine shares; the loop wakes it for rollouts
     fabric.print(f"[orm] training on {len(trajectories)} balanced trajectories\n{format_counts(counts)}")
     train_orm(config, fabric, sft, trajectories, target, data=counts)
     return target

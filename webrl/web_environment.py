@@ -80,10 +80,15 @@ class WebEnvironment:
 
         return reinstantiate_for(self.config.env.train_split, task, rng, n, self.url_map)
 
+    @property
+    def concurrency(self) -> int:
+        """Episodes at once of this process's pool: rollout.concurrency, or the node's cores shared by its engines."""
+        return self.config.engines.concurrency(self.config.rollout.concurrency, self.config.fabric)
+
     def browser_config(self, concurrency: int | None = None) -> BrowserConfig:
         return BrowserConfig(
             executable_path=self.config.env.chromium or None,
-            max_concurrency=concurrency or self.config.rollout.concurrency,
+            max_concurrency=concurrency or self.concurrency,
         )
 
     def limits(self) -> EpisodeLimits:
@@ -133,7 +138,7 @@ class WebEnvironment:
             builder = prompt_builder or self.actor_prompt_builder(engine)
             if isinstance(engine, ScriptedEngine):
                 builder = engine.wrap(builder)
-            concurrency = concurrency or self.config.rollout.concurrency
+            concurrency = concurrency or self.concurrency
             collect = self._collect(engine, pending, out_path, phase, evaluation, seed, builder, concurrency, progress)
             result = asyncio.run(collect)
             metrics = result.metrics

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from lightning.fabric import Fabric
@@ -167,3 +169,24 @@ def test_compute_loss_runs_under_fabric(tiny):
     optimizer.step()
     assert metrics["actor/loss"].item() == pytest.approx(1.0)  # π = π_ref at the start: (0 - A)^2 with A = 1
     assert logprob(actor) > before
+
+
+def test_activation_checkpointing_recomputes_the_layers_and_leaves_the_gradients_unchanged(tiny):
+    model, tokenizer = tiny
+    batch = ActorModule.collate(tokenizer, [(PROMPT, ACTION, 1.0), ("Home", "exit()", -0.5)])
+    gradients = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        actor = ActorModule(copy.deepcopy(model), tokenizer, lr=1e-4)
+        wrapped, _ = setup_for_training(
+            Fabric(accelerator="cpu", devices=1), actor, activation_checkpointing=checkpointing
+        )
+        assert actor.model.is_gradient_checkpointing is checkpointing
+        assert not actor.reference.is_gradient_checkpointing  # π_ref is a frozen copy made before, never trained
+        loss, _ = wrapped.compute_loss(batch)
+        loss.backward()
+        gradients.append({name: p.grad.clone() for name, p in actor.model.named_parameters() if p.grad is not None})
+    plain, checkpointed = gradients
+    assert plain.keys() == checkpointed.keys() and len(plain) > 10
+    for name, grad in plain.items():
+        torch.testing.assert_close(checkpointed[name], grad, rtol=1e-5, atol=1e-7, msg=name)

@@ -188,14 +188,18 @@ def _check_run(layout: RunLayout) -> None:
     # One checkpoint of the phase, written by rank 0: no per-rank copies beside the per-rank episode files.
     assert sorted(path.name for path in layout.phase_dir(1).iterdir()) == [
         "actor",
+        "advantages.jsonl",
         "critic.pt",
+        "curriculum_state.json",
         "eval.rank0.jsonl",
         "eval.rank1.jsonl",
         "labelled.jsonl",
         "metrics",
         "replay_samples.jsonl",
+        "replay_scores.json",
         "rollouts.rank0.jsonl",
         "rollouts.rank1.jsonl",
+        "screenshots",
         "tasks.json",
     ]
     assert (layout.actor_dir(1) / "config.json").exists()

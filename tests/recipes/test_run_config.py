@@ -33,11 +33,13 @@ def test_a_relaunch_with_other_settings_stops_naming_each_key_and_keeps_the_firs
         run()
     started_with = (run_dir / "config.json").read_text()
     with pytest.raises(SystemExit) as exit_info:
-        run("actor.train.lr=0.001", "env.test_tasks=20", "phases=5", "tracking.sample_trajectories=2")
+        neutral = ("engines.sleep=false", "engines.gpu_memory_utilization=0.5", "fabric.activation_checkpointing=true")
+        run("actor.train.lr=0.001", "env.test_tasks=20", "phases=5", "tracking.sample_trajectories=2", *neutral)
     message = str(exit_info.value.code)
     assert "\n" not in message
     assert "actor.train.lr 0.0001 → 0.001, env.test_tasks 60 → 20" in message, message
     assert "phases" not in message.split("resume.allow_changes")[0] and "tracking" not in message
+    assert "engines" not in message and "activation_checkpointing" not in message  # GPU memory only
     assert "output_dir" in message and "resume.allow_changes=[actor.train.lr,env.test_tasks]" in message
     assert (run_dir / "config.json").read_text() == started_with
 

@@ -131,3 +131,22 @@ def test_two_process_phase(tmp_path, model_cache, recipe_command, run_recipe, st
         assert all(shards), "both ranks rolled out"
     assert (layout.actor_dir(1) / "config.json").exists()
     assert "critic/loss" in state["history"][1] and "actor/loss" in state["history"][1]
+
+
+@pytest.mark.slow
+def test_one_engine_per_node_serves_the_node_from_local_rank_zero(tmp_path, model_cache, recipe_command, run_recipe):
+    """engines.placement=node on one node of two processes: rank 0's engine rolls out and evaluates every task,
+    rank 1 builds none and only trains; the ORM's actor episodes, the labels and both stages still complete."""
+    run_dir = tmp_path / "run"
+    layout = RunLayout(run_dir)
+    overrides = ("fabric.strategy=ddp", "fabric.devices=2", "engines.placement=node")
+    result = run_recipe(recipe_command("recipes.webrl", run_dir, model_cache, *overrides), timeout=1800)
+    assert result.returncode == 0, result.stderr[-4000:]
+    state = json.loads(layout.state_path.read_text())
+    assert [record["phase"] for record in state["history"]] == [0, 1]
+    for phase in (0, 1):
+        ids = [t.task.task_id for t in read_trajectories(layout.rollouts_path(phase, 0))]
+        assert sorted(ids) == sorted(task.task_id for task in layout.tasks(phase)), "every task on the node's engine"
+        assert not layout.rollouts_path(phase, 1).exists() and not layout.eval_path(phase, 1).exists()
+        assert len(read_trajectories(layout.eval_path(phase, 0))) == 6
+    assert "critic/loss" in state["history"][1] and "actor/loss" in state["history"][1]

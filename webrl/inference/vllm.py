@@ -89,6 +89,9 @@ class VLLMEngine:
             llm_options.setdefault("enforce_eager", True)
             llm_options.setdefault("enable_chunked_prefill", False)
         self.supports_sleep = enable_sleep_mode and current_platform.is_sleep_mode_available()
+        self.asleep = False
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # what a training stage of this process cached would count against the budget
         with _torch_threads_preserved(), _environment(env):
             self.llm = LLM(
                 model=str(self.model_path),
@@ -160,16 +163,24 @@ class VLLMEngine:
         return bool(getattr(text_config, "tie_word_embeddings", False))
 
     def sleep(self, level: int = 1) -> None:
-        """Free accelerator memory between rollout phases (level 1 keeps weights in host memory)."""
+        """Free accelerator memory between rollout phases (level 1 keeps weights in host memory); once asleep, no-op."""
+        if self.asleep:
+            return
+        self.asleep = True
         if not self.supports_sleep:
             log.info("vLLM sleep mode is off or unsupported on this platform; sleep() does nothing")
             return
         self.llm.sleep(level=level)
 
     def wake_up(self) -> None:
+        """Take the GPU back: the memory the training stages cached is returned to the device first."""
+        if not self.asleep:
+            return
+        self.asleep = False
         if not self.supports_sleep:
             log.info("vLLM sleep mode is off or unsupported on this platform; wake_up() does nothing")
             return
+        torch.cuda.empty_cache()
         self.llm.wake_up()
 
     def close(self) -> None:

@@ -1,0 +1,80 @@
+"""Engine placement: tasks dealt to engines (one per rank or one per node), browser pools sized by cores, options."""
+
+from __future__ import annotations
+
+import pytest
+
+from webrl.config import ConfigError, load_config
+from webrl.distributed import FabricConfig
+from webrl.engine_placement import EnginePlacement, node_cpus
+from webrl.loop_config import WebRLConfig
+from webrl.web_environment import WebEnvironment
+
+TWO_NODES = FabricConfig(accelerator="cuda", strategy="fsdp", devices=2, num_nodes=2)
+TASKS = list(range(11))
+
+
+def test_one_engine_per_rank_deals_task_i_to_rank_i_mod_the_world():
+    placement = EnginePlacement(placement="rank")
+    shards = [placement.shard(TASKS, rank, TWO_NODES) for rank in range(4)]
+    assert shards == [[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7]]
+    assert [placement.engine_index(rank, TWO_NODES) for rank in range(4)] == [0, 1, 2, 3]
+
+
+def test_one_engine_per_node_gives_each_node_one_share_on_its_local_rank_zero():
+    placement = EnginePlacement(placement="node")
+    assert placement.engines(TWO_NODES) == 2
+    assert [placement.engine_index(rank, TWO_NODES) for rank in range(4)] == [0, None, 1, None]
+    shards = [placement.shard(TASKS, rank, TWO_NODES) for rank in range(4)]
+    assert shards == [[0, 2, 4, 6, 8, 10], [], [1, 3, 5, 7, 9], []]
+    assert sorted(task for shard in shards for task in shard) == TASKS  # every task once
+
+
+def test_browser_pools_share_the_cores_of_a_node():
+    assert EnginePlacement(episodes_per_core=0).concurrency(6, TWO_NODES, cpus=64) == 6  # as configured
+    assert EnginePlacement(placement="rank", episodes_per_core=0.5).concurrency(6, TWO_NODES, cpus=64) == 16
+    assert EnginePlacement(placement="node", episodes_per_core=0.5).concurrency(6, TWO_NODES, cpus=64) == 32
+    assert EnginePlacement(episodes_per_core=0.1).concurrency(6, TWO_NODES, cpus=2) == 1  # never below one
+
+
+def test_the_node_cores_come_from_slurm_when_it_says(monkeypatch):
+    monkeypatch.delenv("SLURM_CPUS_ON_NODE", raising=False)
+    here = node_cpus()
+    assert here >= 1
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "96")
+    assert node_cpus() == 96
+
+
+def test_vllm_on_cuda_gets_its_budget_sleep_mode_and_tensor_parallelism():
+    per_node = EnginePlacement(placement="node", gpu_memory_utilization=0.6, sleep=False)
+    assert per_node.engine_options("vllm", TWO_NODES) == {
+        "gpu_memory_utilization": 0.6,
+        "enable_sleep_mode": False,
+        "tensor_parallel_size": 2,
+    }
+    assert EnginePlacement().engine_options("vllm", TWO_NODES)["tensor_parallel_size"] == 1
+    assert EnginePlacement().engine_options("vllm", FabricConfig()) == {}  # CPU: vLLM's CPU defaults
+    assert EnginePlacement().engine_options("hf", TWO_NODES) == {}
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("engines.placement=gpu", "engines.placement"),
+        ("engines.gpu_memory_utilization=0", "engines.gpu_memory_utilization"),
+        ("engines.gpu_memory_utilization=1.2", "engines.gpu_memory_utilization"),
+        ("engines.episodes_per_core=-1", "engines.episodes_per_core"),
+    ],
+)
+def test_a_bad_placement_setting_names_its_key(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(WebRLConfig, [override])
+
+
+def test_the_environment_sizes_its_pool_from_the_placement(monkeypatch):
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "8")
+    config = load_config(WebRLConfig, ["rollout.concurrency=3", "fabric.devices=2", "engines.episodes_per_core=1"])
+    environment = WebEnvironment(config)
+    assert environment.concurrency == 4
+    assert environment.browser_config().max_concurrency == 4
+    assert WebEnvironment(load_config(WebRLConfig, ["rollout.concurrency=3"])).concurrency == 3

@@ -1,0 +1,90 @@
+"""Where the rollout engines run, which tasks each serves, how many browsers feed it, how it shares the GPU.
+
+Two placements (`engines.placement`):
+
+- `rank` (the default): every training process builds its own engine and browser pool and rolls out
+  its share of the tasks. On GPUs each engine sits on its rank's GPU: a model that fits one GPU (the
+  8B one in bf16 is 15 GiB of an 80 GB device) decodes there with no tensor-parallel traffic, sleeps
+  and wakes in the process that trains beside it, and takes new weights without crossing a process.
+- `node`: local rank 0 of each node builds one engine for the node (vLLM tensor-parallel over the
+  node's GPUs) and runs the node's share of the tasks with one browser pool; the other ranks of the node
+  only train. For a model that does not fit one GPU, or CPU nodes where a copy of the weights and a
+  browser pool per process would oversubscribe memory and cores.
+
+Tasks are dealt to engines, not ranks: task i goes to engine i mod the number of engines, so a node
+placement gives each node one share and never leaves a rank holding tasks without an engine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from webrl.config_checks import at_least, one_of, within
+from webrl.distributed import FabricConfig
+
+PLACEMENTS = ("rank", "node")
+Item = TypeVar("Item")
+
+
+def node_cpus() -> int:
+    """CPU cores this node gives the job: SLURM's count when set, else the cores this process may run on."""
+    if os.environ.get("SLURM_CPUS_ON_NODE", "").isdigit():
+        return int(os.environ["SLURM_CPUS_ON_NODE"])
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@dataclass
+class EnginePlacement:
+    """Rollout engines beside training: one per rank or one per node, their GPU memory, their browser pools."""
+
+    placement: str = "rank"
+    """rank: each process its own engine on its own GPU (a model that fits one GPU: no tensor-parallel traffic, sleep
+    and weight updates stay in process) | node: local rank 0 serves the node (vLLM tensor-parallel over its GPUs)."""
+    gpu_memory_utilization: float = 0.9
+    """vLLM on CUDA: the fraction of the GPU the engine may use while it rolls out (weights, KV cache)."""
+    sleep: bool = True
+    """vLLM on CUDA: sleep (weights to host memory, KV cache freed) while the critic and actor train."""
+    episodes_per_core: float = 0.0
+    """Browser episodes at once per CPU core of the node, shared by its rollout processes (0 = rollout.concurrency)."""
+
+    def validate(self) -> None:
+        one_of("engines.placement", self.placement, PLACEMENTS)
+        within("engines.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, open_low=True)
+        at_least("engines.episodes_per_core", self.episodes_per_core, 0, "(0 = rollout.concurrency)")
+
+    def engines(self, fabric: FabricConfig) -> int:
+        """How many engines the run has."""
+        return fabric.num_nodes * (fabric.devices if self.placement == "rank" else 1)
+
+    def engine_index(self, rank: int, fabric: FabricConfig) -> int | None:
+        """The engine global rank `rank` builds and rolls out with, or None when it has none."""
+        if self.placement == "rank":
+            return rank
+        node, local = divmod(rank, fabric.devices)
+        return node if local == 0 else None
+
+    def shard(self, items: list[Item], rank: int, fabric: FabricConfig) -> list[Item]:
+        """The tasks global rank `rank` rolls out: its engine's share, none when it has no engine."""
+        index = self.engine_index(rank, fabric)
+        return [] if index is None else items[index :: self.engines(fabric)]
+
+    def concurrency(self, configured: int, fabric: FabricConfig, cpus: int | None = None) -> int:
+        """Episodes at once per rollout process: `configured`, or the node's cores shared by its engines' pools."""
+        if not self.episodes_per_core:
+            return configured
+        per_node = fabric.devices if self.placement == "rank" else 1
+        cores = node_cpus() if cpus is None else cpus
+        return max(1, int(self.episodes_per_core * cores / per_node))
+
+    def engine_options(self, engine: str, fabric: FabricConfig) -> dict[str, Any]:
+        """Options of a vLLM engine on CUDA (its memory budget, sleep mode, tensor parallelism); none otherwise."""
+        if engine != "vllm" or fabric.accelerator not in ("cuda", "gpu"):
+            return {}
+        tensor_parallel = fabric.devices if self.placement == "node" else 1
+        return {
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "enable_sleep_mode": self.sleep,
+            "tensor_parallel_size": tensor_parallel,
+        }

@@ -1,0 +1,262 @@
+"""Per-GPU memory of the training stages and the colocated vLLM engine, computed from a model's shape.
+
+The 8B config cannot be started here (no GPUs), but whether it fits 8 x 80 GB is arithmetic: the
+model is built on the meta device (shapes, no weights, no download) to count its parameters, and
+each rank's bytes follow from the sharding, the precision, the optimizer and the micro-batch.
+`bench/memory_plan.py` prints the table for a config; what each row assumes:
+
+- parameters, gradients, AdamW's two moments: the master dtype (fp32 under `32-true`, `bf16-mixed`,
+  `16-mixed`; bf16 or fp16 under the `-true` low precisions), FULL_SHARD over every rank of every
+  node under `fsdp`/`model_parallel`, whole on each rank otherwise;
+- the actor stage also holds pi_ref, a frozen copy of the policy sharded like it (`ActorModule`'s
+  registered reference); the critic stage holds neither pi_ref nor an LM head (its trunk and two MLP heads);
+- gathered units (sharded runs only): FSDP gathers a unit's parameters in the compute dtype before
+  using it; the root unit (embeddings, final norm, LM head) stays gathered from forward to backward, one
+  decoder layer is in use and the next prefetched, and a unit's unsharded gradient exists until its
+  reduce-scatter: 2 x (root + layer) elements;
+- activations, per token and decoder layer, the tensors a Llama layer saves for backward with an SDPA
+  (flash or memory-efficient) kernel, so no T x T scores: 10 h + 2 kv + 4 i elements of the compute
+  dtype (each RMSNorm's fp32 input and bf16 output, q, k, v, the attention output, the inputs of the
+  projections; the MLP's gate, up, SiLU and product). With activation checkpointing only each layer's
+  input (h) is kept, plus one layer's full set while it is recomputed. The actor's logits are formed only
+  over the action span (`action_token_logprobs`): bf16 logits, their fp32 copy and fp32 log-softmax;
+- a fixed reserve per process for the CUDA context, NCCL buffers and allocator fragmentation;
+- vLLM colocated on the same GPU: `gpu_memory_utilization` of the device while it rolls out (its own
+  per-instance budget: weights, KV cache, activations); while the actor and critic train it either
+  sleeps (level 1: weights to host memory, KV cache released), keeping a residual, or keeps its budget.
+
+These are estimates, not measurements: the first GPU run should compare them with
+`torch.cuda.max_memory_allocated`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+GIB = 2**30
+RUNTIME_RESERVE = 3 * GIB
+"""Per process: CUDA context (~0.5 GiB), NCCL buffers and allocator fragmentation (an assumption)."""
+VLLM_ASLEEP = 2 * GIB
+"""What a level-1 sleeping vLLM keeps on the GPU (CUDA graphs, its allocator's pool; an assumption)."""
+ACTIVATION_UNITS = {"hidden": 10, "kv": 2, "intermediate": 4}
+"""Saved elements per token and decoder layer, by dimension (see the module docstring)."""
+LOGIT_BYTES = 2 + 4 + 4
+"""Per action position and vocabulary entry: bf16 logits, their fp32 copy, the fp32 log-softmax."""
+MASTER_BYTES = {"32-true": 4, "32": 4, "bf16-mixed": 4, "16-mixed": 4, "bf16-true": 2, "bf16": 2, "16-true": 2}
+"""Bytes of a stored parameter (and of its gradient and each AdamW moment) under each precision."""
+SHARDED_STRATEGIES = ("fsdp", "model_parallel")
+
+PUBLISHED_SHAPES: dict[str, dict[str, Any]] = {
+    "meta-llama/Llama-3.1-8B": {
+        "vocab_size": 128256,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+    },
+    "HuggingFaceTB/SmolLM2-135M-Instruct": {
+        "vocab_size": 49152,
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "max_position_embeddings": 8192,
+        "rope_theta": 100000.0,
+        "tie_word_embeddings": True,
+    },
+}
+"""The shapes of the models the configs name, from their published config.json, for when no copy is local."""
+ALIASES = {"smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct", "llama-3.1-8b": "meta-llama/Llama-3.1-8B"}
+
+
+@dataclass
+class ModelCounts:
+    """A causal LM's parameter counts and the dimensions the activation estimate needs."""
+
+    params: int
+    """all parameters"""
+    layer_params: int
+    """one decoder layer (every layer has the same shape)"""
+    root_params: int
+    """outside the decoder layers: embeddings, final norm, LM head (FSDP's root unit)"""
+    head_params: int
+    """the LM head alone (0 when tied to the embeddings): the critic has none"""
+    layers: int
+    """decoder layers"""
+    hidden: int
+    """hidden size h"""
+    intermediate: int
+    """MLP width i"""
+    kv_dim: int
+    """key (and value) width per token: KV heads x head dim"""
+    vocab: int
+    """vocabulary size"""
+
+
+def model_config(name: str, *, tiny: Any = None) -> Any:
+    """A transformers config for `name`: `tiny` (from a `ModelConfig`), a local model dir, or a published name.
+
+    A published name is looked up in the local Hugging Face cache only; without a copy its shape comes
+    from `PUBLISHED_SHAPES`, so nothing is ever downloaded.
+    """
+    from transformers import AutoConfig, LlamaConfig
+
+    if name == "tiny":
+        from webrl.modules.model_factory import TINY_HEAD_DIM
+
+        heads = tiny.tiny_hidden_size // TINY_HEAD_DIM
+        return LlamaConfig(
+            vocab_size=tiny.tiny_vocab_size,
+            hidden_size=tiny.tiny_hidden_size,
+            intermediate_size=4 * tiny.tiny_hidden_size,
+            num_hidden_layers=tiny.tiny_layers,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            head_dim=TINY_HEAD_DIM,
+            tie_word_embeddings=True,
+        )
+    if (Path(name) / "config.json").is_file():
+        return AutoConfig.from_pretrained(name)
+    name = ALIASES.get(name, name)
+    try:
+        return AutoConfig.from_pretrained(name, local_files_only=True)
+    except OSError:
+        if name not in PUBLISHED_SHAPES:
+            known = list(PUBLISHED_SHAPES)
+            raise ValueError(f"no local copy of {name!r} and no published shape; known: {known}") from None
+        return LlamaConfig(**PUBLISHED_SHAPES[name])
+
+
+def count_on_meta(config: Any) -> ModelCounts:
+    """Build the causal LM of `config` on the meta device (no memory, no weights) and count its parameters."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    layers = model.model.layers
+    layer_params = sum(p.numel() for p in layers[0].parameters())
+    params = sum(p.numel() for p in model.parameters())  # tied weights are one parameter here
+    head = model.get_output_embeddings()
+    tied = head.weight is model.get_input_embeddings().weight
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return ModelCounts(
+        params=params,
+        layer_params=layer_params,
+        root_params=params - len(layers) * layer_params,
+        head_params=0 if tied else head.weight.numel(),
+        layers=len(layers),
+        hidden=config.hidden_size,
+        intermediate=config.intermediate_size,
+        kv_dim=config.num_key_value_heads * head_dim,
+        vocab=config.vocab_size,
+    )
+
+
+@dataclass
+class MemoryPlan:
+    """Per-rank bytes of one training stage and of the vLLM engine beside it, against the device's memory."""
+
+    counts: ModelCounts
+    """the model's parameter counts and dimensions"""
+    strategy: str
+    """fabric.strategy: fsdp and model_parallel shard over `ranks`, the others keep whole copies"""
+    ranks: int
+    """devices per node x nodes"""
+    precision: str
+    """fabric.precision: the master dtype of parameters, gradients and moments, and the compute dtype"""
+    actor_batch: int
+    """actor.train.batch_size: sequences per micro-step"""
+    critic_batch: int
+    """critic.train.batch_size"""
+    seq_len: int
+    """model.max_length: the longest prompt plus action a micro-batch holds"""
+    action_tokens: int
+    """positions whose logits the actor forms: rollout.max_tokens + EOS"""
+    activation_checkpointing: bool
+    """fabric.activation_checkpointing"""
+    device_bytes: int
+    """one device's memory"""
+    vllm_utilization: float = 0.0
+    """the colocated engine's gpu_memory_utilization (0: no engine on this GPU)"""
+    vllm_sleeps: bool = True
+    """engines.sleep: the engine sleeps while the stages train"""
+
+    def stage(self, name: str) -> dict[str, int]:
+        """Bytes per rank of the `actor` or `critic` stage's training, component by component."""
+        counts, actor = self.counts, name == "actor"
+        value_heads = 2 * (2 * (counts.hidden**2 + counts.hidden) + 2 * counts.hidden + 2)  # h->h->h->2, twice
+        trained = counts.params if actor else counts.params - counts.head_params + value_heads
+        batch = self.actor_batch if actor else self.critic_batch
+        shards = self.ranks if self.strategy in SHARDED_STRATEGIES else 1
+        master = MASTER_BYTES.get(self.precision, 4)
+        compute = 4 if self.precision in ("32-true", "32") else 2
+        per_token_layer = (
+            ACTIVATION_UNITS["hidden"] * counts.hidden
+            + ACTIVATION_UNITS["kv"] * counts.kv_dim
+            + ACTIVATION_UNITS["intermediate"] * counts.intermediate
+        ) * compute
+        tokens = batch * self.seq_len
+        if self.activation_checkpointing:
+            activations = counts.layers * tokens * counts.hidden * compute + tokens * per_token_layer
+        else:
+            activations = counts.layers * tokens * per_token_layer
+        root = counts.root_params if actor else counts.root_params - counts.head_params + value_heads
+        gathered = 2 * (root + counts.layer_params) * compute if shards > 1 else 0
+        return {
+            "parameters": trained * master // shards,
+            "gradients": trained * master // shards,
+            "optimizer": 2 * trained * master // shards,
+            "reference": trained * master // shards if actor else 0,
+            "gathered_units": gathered,
+            "activations": activations,
+            "logits": batch * self.action_tokens * counts.vocab * LOGIT_BYTES if actor else 0,
+            "runtime_reserve": RUNTIME_RESERVE,
+            "vllm": self.vllm_while_training,
+        }
+
+    @property
+    def vllm_while_training(self) -> int:
+        if not self.vllm_utilization:
+            return 0
+        return VLLM_ASLEEP if self.vllm_sleeps else int(self.vllm_utilization * self.device_bytes)
+
+    @property
+    def rollout_peak(self) -> int:
+        """During rollouts the stages' models are freed: the engine's budget and the reserve."""
+        return int(self.vllm_utilization * self.device_bytes) + RUNTIME_RESERVE
+
+    def report(self) -> dict[str, Any]:
+        """Inputs, each stage's components and peak, the rollout peak, and whether every peak fits the device."""
+        stages = {name: self.stage(name) for name in ("actor", "critic")}
+        peaks = {name: sum(rows.values()) for name, rows in stages.items()} | {"rollout": self.rollout_peak}
+        inputs = {key: value for key, value in asdict(self).items() if key != "counts"}
+        return {
+            "inputs": inputs,
+            "model": asdict(self.counts),
+            "stages": stages,
+            "peaks": peaks,
+            "fits": max(peaks.values()) <= self.device_bytes,
+        }
+
+    def table(self) -> str:
+        """The report as a fixed-width GiB table."""
+        report = self.report()
+        stages = report["stages"]
+        lines = [f"{'per rank (GiB)':<18}{'actor':>10}{'critic':>10}"]
+        for row in stages["actor"]:
+            lines.append(f"{row:<18}{stages['actor'][row] / GIB:>10.2f}{stages['critic'][row] / GIB:>10.2f}")
+        peaks = report["peaks"]
+        lines.append(f"{'training peak':<18}{peaks['actor'] / GIB:>10.2f}{peaks['critic'] / GIB:>10.2f}")
+        lines.append(f"{'rollout peak':<18}{peaks['rollout'] / GIB:>10.2f}")
+        verdict = "fits" if report["fits"] else "DOES NOT FIT"
+        lines.append(f"device {self.device_bytes / GIB:.1f} GiB: {verdict}")
+        return "\n".join(lines)
