@@ -124,14 +124,21 @@ class OutcomeRewardModule(WebRLModule):
         self.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Next-token logits after each row's last real token; (B, T) → (B, V)."""
+        """Next-token logits after each row's last real token; (B, T) → (B, V).
+
+        When every row ends at the last position (left padding, `collate`'s default) only that position's
+        logits are computed: a (B, T, V) tensor of a 49k vocabulary over 1,500-token trajectories would cost
+        gigabytes and a fifth of the forward pass, for one row of it.
+        """
+        ends_at_last = bool(attention_mask[:, -1].all())
         logits = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids_from_mask(attention_mask),
             use_cache=False,
-        ).logits  # (B, T, V)
-        return at_last_token(logits, attention_mask)  # (B, V)
+            logits_to_keep=1 if ends_at_last else 0,
+        ).logits  # (B, 1, V) or (B, T, V)
+        return logits[:, -1] if ends_at_last else at_last_token(logits, attention_mask)  # (B, V)
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         loss, score = self._loss_and_score(batch)
