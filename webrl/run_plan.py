@@ -44,7 +44,8 @@ def _phase_status(state: RunState, phase: int) -> str:
 def describe_plan(config: WebRLConfig, changes: dict[str, tuple[Any, Any]] | None) -> str:
     """The plan as text; `changes` is `check_run_config`'s answer (None: the directory has no config.json)."""
     run_dir = Path(config.output_dir)
-    state = RunState.load(RunLayout(run_dir).state_path)
+    layout = RunLayout(run_dir)
+    state = RunState.load(layout.state_path)
     if changes is None:
         directory = "new (config.json would be written)"
     elif changes:
@@ -60,5 +61,6 @@ def describe_plan(config: WebRLConfig, changes: dict[str, tuple[Any, Any]] | Non
     if config.reward.orm_labels:
         lines.append(f"ORM: {config.model.orm or f'trained once, cached under {config.model.cache_dir}'}")
     for phase in range(config.phases + 1):
-        lines.append(f"phase {phase}: {_phase_status(state, phase)} -- {_phase_work(config, phase)}")
+        work = f"{_phase_work(config, phase)}; writes {layout.phase_dir(phase)}"
+        lines.append(f"phase {phase}: {_phase_status(state, phase)} -- {work}")
     return "\n".join(lines)
