@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
+from webrl.code_version import code_version
 from webrl.data.atomic_io import publish_dir, write_json_atomic
 from webrl.progress import progress_bar
 from webrl.stage_settings import StageSettings
@@ -140,8 +141,11 @@ def is_built(path: Path) -> bool:
 
 
 def publish_model_dir(tmp: Path, target: Path, info: dict[str, Any]) -> Path:
-    """Mark `tmp` complete and move it to `target` in one rename (files fsynced): a half-built dir is never used."""
-    write_json_atomic(tmp / DONE_MARKER, info)
+    """Mark `tmp` complete and move it to `target` in one rename (files fsynced): a half-built dir is never used.
+
+    The marker holds `info` and the code that built the directory (`webrl.code_version`).
+    """
+    write_json_atomic(tmp / DONE_MARKER, {**info, "code": code_version()})
     return publish_dir(tmp, target)
 
 
