@@ -7,8 +7,8 @@ first point and ends there (`os._exit`, as hard as kill -9), is started again na
 and so on; every start after the first is a resume from the state the previous fault left. The chain
 ends with a run without a fault, and the two run directories must hold the same replay buffer,
 labels, replayed samples, critic weights and per-phase metrics (wall-time figures, trajectory ids,
-step timings and the sites server's port aside). Rollouts use one episode at a time so that the same
-seed gives the same episodes.
+step timings, screenshot paths and the sites server's port aside). Rollouts use one episode at a
+time so that the same seed gives the same episodes.
 
 `stages`: `stage:<phase>:<stage>:written` (outputs and metrics written, not marked done) and
 `:marked` for each of the 9 stages of both phases: 36 faults. `writes`: every atomic write into the
@@ -50,7 +50,7 @@ PROCESS_KEYS = {"sync/seconds", "rollout/engine_calls", "rollout/mean_batch_size
 
 
 def _is_result_metric(key: str) -> bool:
-    wall_time = key.startswith("time/") or key.endswith(("_s", "_per_s", "_per_min", "_frac"))
+    wall_time = key.startswith("time/") or key.endswith(("_s", "/seconds", "_per_s", "_per_min", "_frac"))
     return not wall_time and key not in PROCESS_KEYS
 
 
@@ -60,8 +60,12 @@ SITES_ORIGIN = re.compile(r"http://127\.0\.0\.1:\d+")
 
 def _trajectory(trajectory: Trajectory) -> dict[str, Any]:
     data = trajectory.to_dict()
-    data.pop("trajectory_id")
+    trajectory_id = data.pop("trajectory_id")
     data["metadata"].pop("duration_s", None)
+    data["metadata"].pop("screenshot_s", None)
+    metadata = data["metadata"]
+    if "screenshots" in metadata:  # filed under the trajectory's id
+        metadata["screenshots"] = [path.replace(trajectory_id, "<id>") for path in metadata["screenshots"]]
     for step in data["steps"]:
         step.pop("timings")
     return data
