@@ -40,7 +40,7 @@ from webrl.modules.actor import ActorModule
 from webrl.modules.advantages import precompute_advantages
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import load_model_and_tokenizer
-from webrl.modules.losses import AdvantageConfig
+from webrl.modules.settings import AdvantageConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "critic_step.json"

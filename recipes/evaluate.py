@@ -11,8 +11,9 @@ Results go to `<output_dir>/eval_<name>-<id>.json`, `.md`, the trajectories `.js
 `env.screenshots` recorded under `<output_dir>/screenshots/`), where <name> is
 the checkpoint folder's name and <id> a digest of what made them: the checkpoint's path and a SHA-256
 of its weight files, the suite, split, task count and seed, the engine and its sampling settings (all
-recorded as `identity` in the JSON). An evaluation resumes from its own trajectories after a kill, and
-never from another checkpoint's or another setting's.
+recorded as `identity` in the JSON, beside `code`: webrl's version and the checkout's commit). An
+evaluation resumes from its own trajectories after a kill, and never from another checkpoint's or
+another setting's.
 
 Beside the success per site, the JSON and the markdown hold the 95% Wilson interval of every rate,
 success per template (templates of `env.train_split` marked seen, the others test-only), and the
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from recipes.webrl import engine_options, recipe_config
 from webrl.checkpoint_report import CheckpointReport, Evaluation
+from webrl.code_version import code_version
 from webrl.data.atomic_io import write_json_atomic, write_text_atomic
 from webrl.evaluation.identity import evaluation_identity, identity_tag
 from webrl.evaluation.outcomes import Baseline, load_baseline
@@ -76,7 +78,8 @@ def evaluate_checkpoint(
     title = f"{name}: {checkpoint} on {config.env.test_split} ({len(tasks)} tasks)"
     seen_templates = {task.intent_template_id for task in env.suite(config.env.train_split, 0, config.seed)}
     statistics, markdown = evaluation_statistics(trajectories, seen_templates, title, baseline)
-    record = {"checkpoint": str(checkpoint), "identity": identity, **metrics, **rollout_metrics, **statistics}
+    record = {"checkpoint": str(checkpoint), "identity": identity, "code": code_version()}
+    record.update({**metrics, **rollout_metrics, **statistics})
     write_json_atomic(out_dir / f"{stem}.json", record)
     write_text_atomic(out_dir / f"{stem}.md", markdown)
     CheckpointReport([Evaluation(name, out_dir / f"{stem}.jsonl", out_dir, trajectories)]).write(

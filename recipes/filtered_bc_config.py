@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from webrl.config_checks import at_least, within
 from webrl.loop_config import WebRLConfig
-from webrl.training import StageSettings
+from webrl.stage_settings import StageSettings
 
 
 @dataclass

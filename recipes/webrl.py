@@ -23,21 +23,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TypeVar
-
-from lightning.fabric import Fabric
+from typing import TYPE_CHECKING, TypeVar
 
 from webrl.config import ConfigError, config_to_dict, load_config
-from webrl.distributed import build_fabric, launch_rank
-from webrl.inference.engine import build_engine
-from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
-from webrl.report import format_phase_table
 from webrl.run_config import check_run_config, keep_run_config
 from webrl.run_plan import describe_plan
-from webrl.starting_models import ensure_orm, ensure_sft
-from webrl.tracking import WANDB_ENVIRONMENT, build_loggers, setup_logging
-from webrl.web_environment import WebEnvironment
+from webrl.tracking import WANDB_ENVIRONMENT, setup_logging
+
+if TYPE_CHECKING:
+    from lightning.fabric import Fabric
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "webrl_tiny.yaml"
@@ -76,7 +71,12 @@ def keep_config(run_dir: Path, config: WebRLConfig, *, dry_run: bool = False) ->
     A dry run checks without writing, and so does every rank but rank 0: on several nodes they all start
     at once on the shared directory. Returns `check_run_config`'s answer (None for a new directory).
     """
-    keep = check_run_config if dry_run or launch_rank(config.fabric) != 0 else keep_run_config
+    if dry_run:
+        keep = check_run_config
+    else:
+        from webrl.distributed import launch_rank
+
+        keep = check_run_config if launch_rank(config.fabric) != 0 else keep_run_config
     try:
         return keep(run_dir, config_to_dict(config), config.resume.allow_changes)
     except ConfigError as err:
@@ -85,6 +85,8 @@ def keep_config(run_dir: Path, config: WebRLConfig, *, dry_run: bool = False) ->
 
 def launch_fabric(config: WebRLConfig, loggers: list | None = None) -> Fabric:
     """The run's Fabric, launched: with several devices this starts the other processes, which rerun the recipe."""
+    from webrl.distributed import build_fabric
+
     fabric = build_fabric(config.fabric, loggers=loggers)
     fabric.launch()
     return fabric
@@ -94,11 +96,28 @@ def main(argv: list[str] | None = None) -> list[dict]:
     argv = list(sys.argv[1:] if argv is None else argv)
     dry_run = "--dry-run" in argv
     config = recipe_config([item for item in argv if item != "--dry-run"], usage=__doc__)
-    run_dir = Path(config.output_dir)
-    changes = keep_config(run_dir, config, dry_run=dry_run)
+    changes = keep_config(Path(config.output_dir), config, dry_run=dry_run)
     if dry_run:
         print(describe_plan(config, changes))
         return []
+    return run(config)
+
+
+def run(config: WebRLConfig) -> list[dict]:
+    """The run itself, once its config is checked and kept: SFT and ORM (cached), then the phases.
+
+    torch, Lightning, the models, the engines and Playwright are imported here rather than at the
+    top, so that `--help`, `--print-config` and `--dry-run` answer in a second or two without them.
+    """
+    from webrl.distributed import launch_rank
+    from webrl.inference.engine import build_engine
+    from webrl.loop import PhaseLoop
+    from webrl.report import format_phase_table
+    from webrl.starting_models import ensure_orm, ensure_sft
+    from webrl.tracking import build_loggers
+    from webrl.web_environment import WebEnvironment
+
+    run_dir = Path(config.output_dir)
     primary = launch_rank(config.fabric) == 0
     loggers = build_loggers(run_dir, config.tracking, config_to_dict(config), run_dir.name, primary=primary)
     fabric = launch_fabric(config, loggers)

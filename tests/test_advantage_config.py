@@ -17,8 +17,8 @@ from webrl.data.steps import read_samples
 from webrl.data.trajectory import Step, Task, Trajectory, write_trajectories
 from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
-from webrl.modules.losses import ActorLossConfig, AdvantageConfig
-from webrl.training import StageSettings
+from webrl.modules.settings import ActorLossConfig, AdvantageConfig
+from webrl.stage_settings import StageSettings
 
 CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 HALF_DISCOUNT = [1.75, 1.5, 1.0]

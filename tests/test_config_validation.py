@@ -95,7 +95,7 @@ def test_lightning_accepts_every_precision_we_allow():
 
     from lightning.fabric.connector import _PRECISION_INPUT
 
-    from webrl.distributed import PRECISIONS
+    from webrl.fabric_config import PRECISIONS
 
     accepted = {str(value) for part in typing.get_args(_PRECISION_INPUT) for value in typing.get_args(part)}
     assert set(PRECISIONS) <= accepted

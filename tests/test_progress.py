@@ -13,7 +13,8 @@ from tqdm.auto import tqdm
 from webrl.data.replay import score_samples
 from webrl.data.steps import StepSample
 from webrl.progress import ProgressLog, progress_bar
-from webrl.training import StageSettings, setup_for_training, train_module
+from webrl.stage_settings import StageSettings
+from webrl.training import setup_for_training, train_module
 
 
 class Terminal(io.StringIO):

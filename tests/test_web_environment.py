@@ -6,17 +6,20 @@ reference solver on two embedded tasks in a real Chromium against the real sites
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from webrl.config import load_config
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.trajectory import Task, read_trajectories
 from webrl.env.limits import EpisodeLimits
 from webrl.env.splits import VALIDATION_SIZE
 from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import WebRLConfig
+from webrl.run_layout import RunLayout
 from webrl.web_environment import WebEnvironment
 
 pytestmark = pytest.mark.timeout(300)
@@ -109,3 +112,18 @@ def test_run_episodes_resumes_from_its_file_and_returns_task_order(env: WebEnvir
     assert [t.to_dict() for t in again] == [both[1].to_dict(), both[0].to_dict()]
     assert metrics == {}
     assert len(read_trajectories(out)) == 2
+
+
+def test_a_phases_stored_tasks_follow_the_sites_to_the_next_launchs_port(tmp_path):
+    """A resume starts another sites server on another port: stored tasks must not point at the old one."""
+    config = load_config(WebRLConfig, [])
+    layout = RunLayout(tmp_path / "run")
+    with WebEnvironment(config) as first:
+        write_json_atomic(layout.tasks_path(0), first.portable(first.suite("train", 3, 0)))
+    stored = layout.tasks_path(0).read_text(encoding="utf-8")
+    assert "127.0.0.1" not in stored and "__" in stored, stored[:400]
+    with WebEnvironment(config) as second:
+        resolved = second.resolve(layout.tasks(0))
+        assert [task.to_dict() for task in resolved] == [task.to_dict() for task in second.suite("train", 3, 0)]
+        with urllib.request.urlopen(resolved[0].start_url, timeout=60) as response:
+            assert response.status == 200

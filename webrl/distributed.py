@@ -8,7 +8,6 @@ Measured on CPU here: DDP over gloo works; FSDP1 refuses CPU ("FSDP is only avai
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,44 +15,7 @@ import torch.distributed as dist
 from lightning.fabric import Fabric
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
-from webrl.config_checks import at_least, one_of, require
-
-STRATEGIES = ("auto", "ddp", "fsdp", "model_parallel")
-ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")
-PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "32", "bf16", "16", "64")
-"""Lightning's precision strings (its short aliases included) that these runs can use."""
-
-
-@dataclass
-class FabricConfig:
-    """How training processes are laid out."""
-
-    strategy: str = "auto"
-    """auto | ddp | fsdp (FSDP1, GPU only) | model_parallel (FSDP2 fully_shard; runs on CPU too)"""
-    accelerator: str = "cpu"
-    """cpu | cuda | gpu | mps | auto"""
-    devices: int = 1
-    """processes (GPUs) per node"""
-    num_nodes: int = 1
-    """nodes"""
-    precision: str = "32-true"
-    """Lightning precision string: 32-true, bf16-mixed, bf16-true, 16-mixed, 16-true, 64-true (or 32, bf16, 16, 64)"""
-    activation_checkpointing: bool = False
-    """recompute each decoder layer in backward instead of keeping its activations (long sequences on GPUs)"""
-
-    def validate(self) -> None:
-        """Raise ConfigError naming the `fabric.<key>` at fault, its value and what is allowed."""
-        one_of("fabric.strategy", self.strategy, STRATEGIES)
-        one_of("fabric.accelerator", self.accelerator, ACCELERATORS)
-        at_least("fabric.devices", self.devices, 1)
-        at_least("fabric.num_nodes", self.num_nodes, 1)
-        one_of("fabric.precision", self.precision, PRECISIONS)
-        require(
-            not (self.strategy == "fsdp" and self.accelerator == "cpu"),
-            "fabric.strategy",
-            self.strategy,
-            "FSDP1 needs GPUs (fabric.accelerator=cuda); on CPU use fabric.strategy=model_parallel (FSDP2)",
-        )
+from webrl.fabric_config import FabricConfig
 
 
 def shard_with_fully_shard(module: torch.nn.Module, device_mesh: Any) -> torch.nn.Module:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from webrl.config_checks import at_least, one_of, within
-from webrl.distributed import FabricConfig
+from webrl.fabric_config import FabricConfig
 
 PLACEMENTS = ("rank", "node")
 Item = TypeVar("Item")

@@ -156,12 +156,12 @@ class PhaseLoop:
                     critic=partial(critic_scorer, config, self.sft_dir, trained) if trained else None,
                     seed=stage_seed(config.seed, phase, "curriculum"),
                 )
-            write_json_atomic(out, [task.to_dict() for task in tasks])
+            write_json_atomic(out, self.env.portable(tasks))
         self.fabric.barrier()
         return {**metrics, "curriculum/tasks": float(len(self.layout.tasks(phase)))}
 
     def _rollouts(self, phase: int) -> dict[str, float]:
-        tasks = self._shard(self.layout.tasks(phase))
+        tasks = self._shard(self.env.resolve(self.layout.tasks(phase)))
         self._sync_engine(self.actor_dir(phase))
         out = self.layout.rollouts_path(phase, self.fabric.global_rank)
         seed = stage_seed(self.config.seed, phase, "rollouts") + self.fabric.global_rank

@@ -15,18 +15,16 @@ from pathlib import Path
 from webrl.config_checks import at_least, invalid, one_of, positive, require, within
 from webrl.curriculum.config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
-from webrl.distributed import FabricConfig
 from webrl.engine_placement import EnginePlacement
 from webrl.env.observation import REGIONS
 from webrl.env.screenshots import ScreenshotConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
-from webrl.modules.critic import HEAD_INIT_STD
-from webrl.modules.lm import LoraSettings
-from webrl.modules.losses import ActorLossConfig, AdvantageConfig
+from webrl.fabric_config import FabricConfig
+from webrl.modules.settings import HEAD_INIT_STD, ActorLossConfig, AdvantageConfig, LoraSettings
 from webrl.paths import absolute_path, user_cache_dir
 from webrl.run_config import PATH_KEYS, ResumeConfig, flatten
+from webrl.stage_settings import StageSettings
 from webrl.tracking import TrackingConfig
-from webrl.training import StageSettings
 
 REWARD_SOURCES = ("orm", "evaluator")
 ENGINES = ("hf", "vllm", "openai")

@@ -31,7 +31,8 @@ from webrl.modules.lm import actor_scorer, load_model_and_tokenizer
 from webrl.phase_record import PHASE_STEPS
 from webrl.run_layout import RunLayout
 from webrl.run_state import stage_seed
-from webrl.training import StageSettings, save_model_dir, setup_for_training, train_module
+from webrl.stage_settings import StageSettings
+from webrl.training import save_model_dir, setup_for_training, train_module
 
 
 def load_actor_model(path: Path) -> tuple[Any, Any]:

@@ -65,5 +65,6 @@ def describe_plan(config: WebRLConfig, changes: dict[str, tuple[Any, Any]] | Non
     if config.reward.orm_labels:
         lines.append(f"ORM: {config.model.orm or f'trained once, cached under {config.model.cache_dir}'}")
     for phase in range(config.phases + 1):
-        lines.append(f"phase {phase}: {_phase_status(state, phase)} -- {_phase_work(config, phase)}")
+        work = f"{_phase_work(config, phase)}; writes {layout.phase_dir(phase)}"
+        lines.append(f"phase {phase}: {_phase_status(state, phase)} -- {work}")
     return "\n".join(lines)

@@ -29,7 +29,8 @@ from webrl.loop_config import WebRLConfig
 from webrl.modules.orm import OutcomeRewardModule
 from webrl.modules.sft import SFTModule
 from webrl.orm_data import ORMDataBuilder, format_counts
-from webrl.training import StageSettings, is_built, publish_model_dir, save_model_dir, setup_for_training, train_module
+from webrl.stage_settings import StageSettings
+from webrl.training import is_built, publish_model_dir, save_model_dir, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from lightning.fabric.loggers import CSVLogger
-
 from webrl.config_checks import at_least, one_of, require
 from webrl.data.atomic_io import write_text_atomic
 from webrl.data.trajectory import Trajectory
@@ -86,6 +84,9 @@ def build_loggers(
     Only the `primary` process (the future rank 0) starts the W&B run and saves its id: the others
     never log, and under torchrun or srun they start beside it on the same directory.
     """
+    # Lightning loads here, not at import: the run config that holds TrackingConfig is read without it.
+    from lightning.fabric.loggers import CSVLogger
+
     tracking.validate()
     # A new version directory per launch: a resumed run adds metrics/version_N+1 instead of overwriting.
     layout = RunLayout(run_dir)

@@ -15,51 +15,18 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric import Fabric
 
-from webrl.config_checks import at_least, one_of, positive, within
+from webrl.code_version import code_version
 from webrl.data.atomic_io import publish_dir, write_json_atomic
 from webrl.progress import progress_bar
+from webrl.stage_settings import StageSettings
 
-SCHEDULES = ("constant", "cosine")
 DONE_MARKER = "webrl_done.json"
-
-
-@dataclass
-class StageSettings:
-    """Optimisation settings of one training stage (critic, actor, ORM or SFT)."""
-
-    lr: float = 1e-5
-    """AdamW learning rate"""
-    epochs: float = 1.0
-    """passes over the stage's data (fractions allowed: 0.5 = half an epoch)"""
-    batch_size: int = 4
-    """examples per process per optimiser micro-step"""
-    accumulate: int = 1
-    """micro-batches per optimiser step"""
-    grad_clip: float = 1.0
-    """max gradient norm (0 = no clipping)"""
-    warmup_ratio: float = 0.0
-    """fraction of steps with a linear learning-rate warmup"""
-    schedule: str = "constant"
-    """constant | cosine (after warmup)"""
-    group_by_length: bool = False
-    """batch steps of similar length together: less padding (SmolLM2 SFT: ~40% of tokens), another batch order"""
-
-    def validate(self, name: str) -> None:
-        """Raise ConfigError naming `name.<key>`, its value and what is allowed."""
-        positive(f"{name}.lr", self.lr)
-        positive(f"{name}.epochs", self.epochs)
-        at_least(f"{name}.batch_size", self.batch_size, 1)
-        at_least(f"{name}.accumulate", self.accumulate, 1)
-        at_least(f"{name}.grad_clip", self.grad_clip, 0, "(0 = no clipping)")
-        within(f"{name}.warmup_ratio", self.warmup_ratio, 0, 1, open_high=True)
-        one_of(f"{name}.schedule", self.schedule, SCHEDULES)
 
 
 def lr_factor(step: int, total: int, settings: StageSettings) -> float:
@@ -183,8 +150,11 @@ def is_built(path: Path) -> bool:
 
 
 def publish_model_dir(tmp: Path, target: Path, info: dict[str, Any]) -> Path:
-    """Mark `tmp` complete and move it to `target` in one rename (files fsynced): a half-built dir is never used."""
-    write_json_atomic(tmp / DONE_MARKER, info)
+    """Mark `tmp` complete and move it to `target` in one rename (files fsynced): a half-built dir is never used.
+
+    The marker holds `info` and the code that built the directory (`webrl.code_version`).
+    """
+    write_json_atomic(tmp / DONE_MARKER, {**info, "code": code_version()})
     return publish_dir(tmp, target)
 
 

@@ -13,6 +13,7 @@ duplicated.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from functools import partial
 from pathlib import Path
@@ -26,7 +27,7 @@ from webrl.env.limits import EpisodeLimits
 from webrl.env.login import StorageStates
 from webrl.env.observation import ObservationConfig
 from webrl.env.screenshots import ScreenshotRecorder
-from webrl.env.tasks import load_tasks
+from webrl.env.tasks import load_tasks, substitute
 from webrl.inference.engine import InferenceEngine, SamplingParams
 from webrl.inference.rollout import PromptBuilder, RolloutResult, collect_rollouts
 from webrl.inference.scripted import ScriptedEngine
@@ -74,6 +75,26 @@ class WebEnvironment:
         if limit and limit < len(tasks):
             tasks = sorted(random.Random(seed).sample(tasks, limit), key=lambda t: t.task_id)
         return tasks
+
+    def portable(self, tasks: list[Task]) -> list[dict[str, Any]]:
+        """`tasks` as records that outlive this launch: this launch's site URLs put back to their placeholders.
+
+        The embedded sites server takes a free port at each launch, so a resumed run's sites are at
+        another address; a phase's tasks stored with the old one would send every episode of the
+        resume to a closed port. `resolve` points stored tasks at this launch's sites.
+        """
+        by_length = sorted(self.url_map.items(), key=lambda item: -len(item[1]))
+        records = []
+        for task in tasks:
+            text = json.dumps(task.to_dict())
+            for placeholder, url in by_length:
+                text = text.replace(url, placeholder)
+            records.append(json.loads(text))
+        return records
+
+    def resolve(self, tasks: list[Task]) -> list[Task]:
+        """Stored tasks (`portable`'s records) with their placeholders resolved to this launch's sites."""
+        return [Task.from_dict(json.loads(substitute(json.dumps(task.to_dict()), self.url_map))) for task in tasks]
 
     def reinstantiate(self, task: Task, rng: random.Random, n: int) -> list[Task]:
         from webrl.env.splits import reinstantiate_for

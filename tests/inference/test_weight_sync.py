@@ -20,7 +20,8 @@ from webrl.inference.hf import HFEngine
 from webrl.inference.weight_sync import full_state_dict
 from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
-from webrl.modules.lm import LoraSettings, apply_lora, load_model_and_tokenizer
+from webrl.modules.lm import apply_lora, load_model_and_tokenizer
+from webrl.modules.settings import LoraSettings
 
 GREEDY = SamplingParams(temperature=0, max_tokens=10)
 WORKER = Path(__file__).with_name("fsdp_worker.py")

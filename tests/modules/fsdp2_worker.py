@@ -37,7 +37,8 @@ def build(name: str, model_dir: str) -> tuple[torch.nn.Module, dict[str, torch.T
 
 
 def main(model_dir: str, out_dir: str) -> None:
-    from webrl.distributed import FabricConfig, build_fabric
+    from webrl.distributed import build_fabric
+    from webrl.fabric_config import FabricConfig
     from webrl.inference.weight_sync import full_state_dict
     from webrl.training import setup_for_training
 

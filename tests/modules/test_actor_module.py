@@ -11,8 +11,8 @@ from torch.utils.data import DataLoader
 
 from webrl.modules.actor import ActorModule
 from webrl.modules.critic import CriticModule
-from webrl.modules.lm import LoraSettings, action_logprobs, load_model_and_tokenizer
-from webrl.modules.losses import ActorLossConfig, AdvantageConfig
+from webrl.modules.lm import action_logprobs, load_model_and_tokenizer
+from webrl.modules.settings import ActorLossConfig, AdvantageConfig, LoraSettings
 from webrl.training import setup_for_training
 
 PROMPT = 'Task Instruction: buy the red shirt\n\nRound 0\n\n<html><button id="2">Add to cart</button></html>'

@@ -12,7 +12,7 @@ from webrl.modules.actor import ActorModule
 from webrl.modules.advantages import precompute_advantages, state_values
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import load_model_and_tokenizer
-from webrl.modules.losses import AdvantageConfig
+from webrl.modules.settings import AdvantageConfig
 
 MAX_LENGTH = 256
 

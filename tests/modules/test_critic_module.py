@@ -7,8 +7,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from webrl.modules.critic import CriticModule, last_token_index
-from webrl.modules.lm import LoraSettings
 from webrl.modules.losses import critic_loss, critic_state_loss
+from webrl.modules.settings import LoraSettings
 
 STATES = [
     'Task Instruction: buy the red shirt\n\nRound 0\n\n<html><button id="2">Add to cart</button></html>',

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import recipes.evaluate as evaluate
+from webrl.code_version import code_version
 from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_trajectories
 from webrl.evaluation.outcomes import Baseline
 from webrl.loop_config import WebRLConfig
@@ -144,7 +145,9 @@ def test_results_record_what_made_them(tmp_path, monkeypatch):
     checkpoint = _checkpoint(tmp_path / "actor", b"some weights")
     evaluate.evaluate_checkpoint(config, FixtureEnvironment(), checkpoint, "actor")
     [result] = (tmp_path / "out").glob("eval_actor*.json")
-    identity = json.loads(result.read_text())["identity"]
+    record = json.loads(result.read_text())
+    assert record["code"] == code_version()
+    identity = record["identity"]
     assert identity["checkpoint"] == str(checkpoint.resolve())
     assert identity["weights_sha256"] == hashlib.sha256(b"model.safetensors\0some weights").hexdigest()
     expected = {"split": "test", "test_tasks": 3, "engine": "hf", "temperature": 0.5}

@@ -1,13 +1,14 @@
 """Crash consistency end to end: a fault at every stage boundary and inside every atomic write, then a resume.
 
-An uninterrupted run of `python -m recipes.webrl` (phase 0 and one WebRL phase, the quick settings)
-lists, through `WEBRL_FAULT_LOG`, every fault point it passes in order. A second run directory then
-goes through a chain: the recipe is started with `WEBRL_FAULT` naming the first point and ends there
-(`os._exit`, as hard as kill -9), is started again naming the next point, and so on; every start
-after the first is a resume from the state the previous fault left. The chain ends with a run
-without a fault, and the two run directories must hold the same replay buffer, labels, replayed
-samples, critic weights and per-phase metrics (wall-time figures, trajectory ids and step timings
-aside). Rollouts use one episode at a time so that the same seed gives the same episodes.
+An uninterrupted run of `python -m recipes.webrl` (phase 0 and one WebRL phase, the quick settings
+with 3 tasks a phase) lists, through `WEBRL_FAULT_LOG`, every fault point it passes in order. A
+second run directory then goes through a chain: the recipe is started with `WEBRL_FAULT` naming the
+first point and ends there (`os._exit`, as hard as kill -9), is started again naming the next point,
+and so on; every start after the first is a resume from the state the previous fault left. The chain
+ends with a run without a fault, and the two run directories must hold the same replay buffer,
+labels, replayed samples, critic weights and per-phase metrics (wall-time figures, trajectory ids,
+step timings, screenshot paths and the sites server's port aside). Rollouts use one episode at a
+time so that the same seed gives the same episodes.
 
 `stages`: `stage:<phase>:<stage>:written` (outputs and metrics written, not marked done) and
 `:marked` for each of the 9 stages of both phases: 36 faults. `writes`: every atomic write into the
@@ -19,7 +20,9 @@ is reached by the resume from the point before it, so the fault lands on that on
 from __future__ import annotations
 
 import csv
+import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -39,19 +42,30 @@ REPO = Path(__file__).resolve().parents[2]
 DETERMINISTIC = ("rollout.concurrency=1",)
 """One episode per engine call: batches (and so sampled tokens) do not depend on browser timing."""
 
+SMALL = ("env.train_tasks=3", "env.test_tasks=3", "curriculum.tasks_per_phase=3")
+"""Half the quick run's tasks: a stage restarted by a resume redoes less, and every stage and write still runs."""
+
 PROCESS_KEYS = {"sync/seconds", "rollout/engine_calls", "rollout/mean_batch_size", "rollout/generated_tokens"}
 """Metrics of the process that ran a stage rather than of its results: a resumed stage does less work."""
 
 
 def _is_result_metric(key: str) -> bool:
-    wall_time = key.startswith("time/") or key.endswith(("_s", "_per_s", "_per_min", "_frac"))
+    wall_time = key.startswith("time/") or key.endswith(("_s", "/seconds", "_per_s", "_per_min", "_frac"))
     return not wall_time and key not in PROCESS_KEYS
+
+
+SITES_ORIGIN = re.compile(r"http://127\.0\.0\.1:\d+")
+"""The embedded sites server's address: each launch (each resume) gets a free port of its own."""
 
 
 def _trajectory(trajectory: Trajectory) -> dict[str, Any]:
     data = trajectory.to_dict()
-    data.pop("trajectory_id")
+    trajectory_id = data.pop("trajectory_id")
     data["metadata"].pop("duration_s", None)
+    data["metadata"].pop("screenshot_s", None)
+    metadata = data["metadata"]
+    if "screenshots" in metadata:  # filed under the trajectory's id
+        metadata["screenshots"] = [path.replace(trajectory_id, "<id>") for path in metadata["screenshots"]]
     for step in data["steps"]:
         step.pop("timings")
     return data
@@ -78,7 +92,7 @@ def _results(run_dir: Path) -> dict[str, Any]:
         samples = [s.to_dict() for s in read_samples(layout.replay_samples_path(phase))]
         out[f"replay_samples_{phase}"] = [{k: v for k, v in s.items() if k != "trajectory_id"} for s in samples]
     out["rollouts_1"] = [_trajectory(t) for t in read_trajectories(layout.rollouts_path(1, 0))]
-    return out
+    return json.loads(SITES_ORIGIN.sub("http://sites", json.dumps(out)))
 
 
 def _chain_points(log: Path, reference_dir: Path, run_dir: Path, kind: str) -> list[str]:
@@ -104,7 +118,7 @@ def _reference(model_cache: Path, recipe_command) -> tuple[Path, Path]:
     """The uninterrupted run (built once per session) and its fault-point log."""
     if model_cache not in _REFERENCE:
         run_dir, log = model_cache.parent / "reference_run", model_cache.parent / "reference_points.txt"
-        command = recipe_command("recipes.webrl", run_dir, model_cache, *DETERMINISTIC)
+        command = recipe_command("recipes.webrl", run_dir, model_cache, *DETERMINISTIC, *SMALL)
         result = subprocess.run(
             command, cwd=REPO, env=_env(**{FAULT_LOG_ENV: str(log)}), capture_output=True, text=True, timeout=3600
         )
@@ -125,7 +139,7 @@ def _env(**extra: str) -> dict[str, str]:
 def test_a_fault_at_every_point_then_resume_ends_as_the_uninterrupted_run(tmp_path, model_cache, recipe_command, kind):
     reference_dir, log = _reference(model_cache, recipe_command)
     run_dir = tmp_path / "run"
-    command = recipe_command("recipes.webrl", run_dir, model_cache, *DETERMINISTIC)
+    command = recipe_command("recipes.webrl", run_dir, model_cache, *DETERMINISTIC, *SMALL)
     points = _chain_points(log, reference_dir, run_dir, kind)
     assert len(points) >= (36 if kind == "stages" else 20), points
 

@@ -27,7 +27,8 @@ import pytest
 from recipes import webrl
 from webrl.data.replay import ReplayBuffer
 from webrl.data.trajectory import read_trajectories
-from webrl.distributed import FabricConfig, launch_rank
+from webrl.distributed import launch_rank
+from webrl.fabric_config import FabricConfig
 from webrl.run_layout import RunLayout
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from recipes import webrl
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Started(Exception):
@@ -68,8 +73,7 @@ def _no_work(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a dry run started real work")
 
-    for name in ("launch_fabric", "build_loggers", "WebEnvironment", "build_engine", "ensure_sft"):
-        monkeypatch.setattr(webrl, name, refuse)
+    monkeypatch.setattr(webrl, "run", refuse)
 
 
 def test_dry_run_prints_the_stage_plan_and_writes_nothing(tmp_path, monkeypatch, capsys):
@@ -81,6 +85,7 @@ def test_dry_run_prints_the_stage_plan_and_writes_nothing(tmp_path, monkeypatch,
     assert f"run directory {run_dir}: new" in text
     assert "phase 0: to run" in text and "phase 2: to run" in text and "phase 3" not in text
     assert "64 train tasks" in text and "20 test tasks" in text
+    assert f"writes {run_dir / 'phase_002'}" in text
 
 
 def test_dry_run_of_a_started_run_shows_what_is_done_and_what_a_relaunch_would_refuse(tmp_path, monkeypatch, capsys):
@@ -95,3 +100,22 @@ def test_dry_run_of_a_started_run_shows_what_is_done_and_what_a_relaunch_would_r
     assert "phase 0: done" in text and "phase 1: done curriculum, rollouts; next labels" in text
     with pytest.raises(SystemExit, match=r"env\.test_tasks 60 → 20"):
         webrl.main(["--dry-run", f"output_dir={run_dir}", "env.test_tasks=20"])
+
+
+HEAVY = ("torch", "lightning", "lightning_fabric", "transformers", "peft", "openai", "vllm", "matplotlib")
+"""What a run loads to train and roll out; a dry run needs none of it."""
+
+
+def test_a_dry_run_of_a_started_run_imports_no_model_library_and_writes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    webrl.keep_config(run_dir, webrl.recipe_config([f"output_dir={run_dir}"]))
+    state = {"phase": 1, "done": ["curriculum", "rollouts"], "history": [{"phase": 0}]}
+    (run_dir / "run_state.json").write_text(json.dumps(state))
+    command = [sys.executable, "-X", "importtime", "-m", "recipes.webrl", "--dry-run", f"output_dir={run_dir}"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "phase 1: done curriculum, rollouts; next labels" in result.stdout
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line}
+    assert "recipes" in imported and "omegaconf" in imported  # the import log was read
+    assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+    assert sorted(path.name for path in run_dir.iterdir()) == ["config.json", "run_state.json"]

@@ -27,9 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-import torch.distributed as dist
-
 from webrl.config_checks import positive, require, within
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.step_values import replay_scores_record
@@ -230,12 +227,19 @@ def score_samples(
 def _world(fabric: Any) -> tuple[int, int]:
     if fabric is not None:
         return fabric.world_size, fabric.global_rank
+    # torch loads only where scores are shared across processes: the run config that holds
+    # ReplayFilterConfig is read (by --help and --dry-run) without it.
+    import torch.distributed as dist
+
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), dist.get_rank()
     return 1, 0
 
 
 def _gather_interleaved(local: list[float], total: int, world: int, fabric: Any) -> list[float]:
+    import torch
+    import torch.distributed as dist
+
     # Shards differ in length by at most one: pad to the longest so every rank sends the same shape.
     width = -(-total // world)
     padded = torch.full((width,), float("nan"), dtype=torch.float64)

@@ -15,13 +15,11 @@ _EXPORTS = {
     "WebRLModule": "webrl.modules.base",
     **dict.fromkeys(("build_tiny_model", "convert_smollm2"), "webrl.modules.model_factory"),
     **dict.fromkeys(
-        ("LoraSettings", "action_logprobs", "actor_scorer", "apply_lora", "load_model_and_tokenizer"),
+        ("action_logprobs", "actor_scorer", "apply_lora", "load_model_and_tokenizer"),
         "webrl.modules.lm",
     ),
     **dict.fromkeys(
         (
-            "ActorLossConfig",
-            "AdvantageConfig",
             "actor_loss",
             "compute_advantage",
             "critic_loss",
@@ -30,6 +28,7 @@ _EXPORTS = {
         ),
         "webrl.modules.losses",
     ),
+    **dict.fromkeys(("ActorLossConfig", "AdvantageConfig", "LoraSettings"), "webrl.modules.settings"),
     "precompute_advantages": "webrl.modules.advantages",
 }
 

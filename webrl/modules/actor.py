@@ -39,13 +39,13 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import (
-    LoraSettings,
     action_token_logprobs,
     apply_lora,
     collate_actions,
     load_model_and_tokenizer,
 )
-from webrl.modules.losses import ActorLossConfig, AdvantageConfig, actor_loss, compute_advantage
+from webrl.modules.losses import actor_loss, compute_advantage
+from webrl.modules.settings import ActorLossConfig, AdvantageConfig, LoraSettings
 
 
 class ActorModule(WebRLModule):

@@ -25,7 +25,8 @@ import torch
 from webrl.data.collate import StepTokenizer, pad, step_labels
 from webrl.data.steps import StepSample
 from webrl.modules.critic import CriticModule
-from webrl.modules.losses import AdvantageConfig, compute_advantage
+from webrl.modules.losses import compute_advantage
+from webrl.modules.settings import AdvantageConfig
 
 
 def state_values(

@@ -44,7 +44,6 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from webrl.data.trajectory import SUCCESS_THRESHOLD
 from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.lm import (
-    LoraSettings,
     apply_lora,
     encode_prompt,
     load_model_and_tokenizer,
@@ -52,10 +51,9 @@ from webrl.modules.lm import (
     position_ids_from_mask,
 )
 from webrl.modules.losses import critic_loss, critic_state_loss, critic_values
+from webrl.modules.settings import HEAD_INIT_STD, LoraSettings
 
 NUM_HEADS = 2
-HEAD_INIT_STD = 0.2
-"""The release's std of the heads' first two Linear weights."""
 CALIBRATION_BINS = 10
 """Equal-width bins of V(s) for the expected calibration error (`critic/calibration_error`): |P(success) − rate|
 weighted by each bin's share. A value is a probability the advantage relies on, not just a ranking."""

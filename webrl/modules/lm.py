@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from webrl.data.replay import Scorer
 from webrl.modules.model_factory import build_tiny_model, convert_smollm2
+from webrl.modules.settings import LoraSettings
 
 __all__ = [
     "ActionLogProbs",
-    "LoraSettings",
     "action_logprobs",
     "actor_scorer",
     "action_token_logprobs",
@@ -47,20 +47,6 @@ __all__ = [
     "pad_batch",
     "position_ids_from_mask",
 ]
-
-
-@dataclass
-class LoraSettings:
-    """LoRA adapter settings (peft); the base weights stay frozen and only the adapters train."""
-
-    r: int = 16
-    """Adapter rank."""
-    alpha: int = 32
-    """Scaling numerator: the update is scaled by alpha / r."""
-    dropout: float = 0.0
-    """Dropout on the adapter input; 0 keeps training and scoring deterministic."""
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Names of the Linear layers that get adapters (Llama attention projections by default)."""
 
 
 def apply_lora(model: PreTrainedModel, lora: LoraSettings) -> PeftModel:

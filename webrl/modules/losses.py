@@ -14,16 +14,12 @@ pushes positives up to a capped per-token log-ratio; `ActorLossConfig.release()`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from webrl.data.steps import DEFAULT_GAMMA
 from webrl.data.trajectory import SUCCESS_THRESHOLD
-
-_FORMS = ("paper", "release")
-OBJECTIVES = ("squared", "smooth_l1", "policy_gradient")
+from webrl.modules.settings import ActorLossConfig, AdvantageConfig
 
 
 def paper_advantage(
@@ -69,32 +65,6 @@ def release_advantage(
     return advantage
 
 
-@dataclass
-class AdvantageConfig:
-    """How the actor's advantage is computed from critic values and the step's labels."""
-
-    form: str = "paper"
-    """"paper": λ-mix of one-step TD and Monte-Carlo [P eq. 8]; "release": the released code's clamp + binarise."""
-    gamma: float = DEFAULT_GAMMA
-    """Discount γ of both forms and of each step's mc_return (data pipeline); defaults to `webrl.data.steps`'s."""
-    lam: float = 0.5
-    """λ weighting the one-step TD term against the Monte-Carlo term (paper form)."""
-    margin: float = 0.05
-    """Rise the critic must show beyond V(s) for a failed step to count as positive (release form)."""
-    binarise: bool = True
-    """Release form: map A ≥ 0 to `positive` and A < 0 to `negative`."""
-    positive: float = 1.0
-    """Release form: advantage given to non-negative steps."""
-    negative: float = -0.6
-    """Release form: advantage given to negative steps."""
-
-    def __post_init__(self) -> None:
-        if self.form not in _FORMS:
-            raise ValueError(f"advantage.form must be one of {_FORMS}, got {self.form!r}")
-        if not 0.0 <= self.lam <= 1.0:
-            raise ValueError(f"advantage.lam must lie in [0, 1], got {self.lam}")
-
-
 ADVANTAGE_KEYS = {"paper": ("outcome", "done", "step_index", "num_steps"), "release": ("reward", "mc_return")}
 """The step labels each advantage form reads from a batch (`webrl.data.collate.ActorCollator` makes all six)."""
 
@@ -130,63 +100,6 @@ def compute_advantage(
         positive=config.positive,
         negative=config.negative,
     )
-
-
-@dataclass
-class ActorLossConfig:
-    """Each choice of the actor objective; `paper()` (the default) and `release()` are the two presets."""
-
-    objective: str = "squared"
-    """"squared": (β·logratio − A)² [P eq. 5]; "smooth_l1": SmoothL1(β·logratio, A) [C];
-    "policy_gradient": −A·log π, no KL term: the paper's "WebRL without KL" ablation (REINFORCE with
-    the critic as baseline, Fig. 5). `logratio` still chooses sum or per-token mean of log π."""
-    logratio: str = "sum"
-    """"sum": sequence log-ratio Σlogπ − Σlogπ_ref [P]; "mean": per action token [C]."""
-    beta: float = 1.0
-    """Fixed β [P], or the default β of the adaptive rule [C: 1]."""
-    adaptive_beta: bool = False
-    """[C] β = `beta_confident` if (A ≥ 0, p_ref ≥ `positive_confidence`) or (A < 0, p_ref < `negative_confidence`)."""
-    beta_confident: float = 5.0
-    """β chosen by the adaptive rule [C: 5]."""
-    positive_confidence: float = 0.8
-    """Reference geometric-mean token probability from which a positive action counts as already likely [C]."""
-    negative_confidence: float = 0.9
-    """Reference probability below which a negative action counts as already unlikely [C]."""
-    cap_beta: bool = False
-    """[C] β ← min(β, |A / logratio|), detached: stops pushing once β·logratio reaches A."""
-    divide_by_beta: bool = False
-    """[C] divide each sample's loss by β (keeps gradients comparable across β)."""
-    train_negatives: bool = True
-    """[P] train every sample; False = [C] mask 1[A > 0], so negatives give no gradient."""
-    sft_weight: float = 0.0
-    """[C] `add_sft_loss`: weight of −Σlogπ·exp(1 − p̄) on positives, p̄ = policy geometric-mean prob (detached)."""
-
-    def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"actor_loss.objective must be one of {OBJECTIVES}, got {self.objective!r}")
-        if self.logratio not in ("sum", "mean"):
-            raise ValueError(f"actor_loss.logratio must be 'sum' or 'mean', got {self.logratio!r}")
-        if self.beta <= 0 or self.beta_confident <= 0:
-            raise ValueError(f"actor_loss.beta and beta_confident must be > 0, got {self.beta}, {self.beta_confident}")
-
-    @classmethod
-    def paper(cls, beta: float = 1.0) -> ActorLossConfig:
-        """[P] eq. 5: squared regression of β·Σlog(π/π_ref) onto A with a fixed β, negatives trained."""
-        return cls(beta=beta)
-
-    @classmethod
-    def release(cls, sft_weight: float = 0.0) -> ActorLossConfig:
-        """[C] per-token log-ratio, SmoothL1, adaptive β ∈ {1, 5} capped at |A/logratio|, ÷β, positives only."""
-        return cls(
-            objective="smooth_l1",
-            logratio="mean",
-            beta=1.0,
-            adaptive_beta=True,
-            cap_beta=True,
-            divide_by_beta=True,
-            train_negatives=False,
-            sft_weight=sft_weight,
-        )
 
 
 def actor_loss(

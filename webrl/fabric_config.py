@@ -1,0 +1,48 @@
+"""How a run's training processes are laid out (`fabric.*` in the run config), apart from Fabric itself.
+
+The run config is read by `--help`, `--print-config` and `--dry-run` without loading torch or
+Lightning, which `webrl.distributed` (the code that builds Fabric from these settings) needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from webrl.config_checks import at_least, one_of, require
+
+STRATEGIES = ("auto", "ddp", "fsdp", "model_parallel")
+ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")
+PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "32", "bf16", "16", "64")
+"""Lightning's precision strings (its short aliases included) that these runs can use."""
+
+
+@dataclass
+class FabricConfig:
+    """How training processes are laid out."""
+
+    strategy: str = "auto"
+    """auto | ddp | fsdp (FSDP1, GPU only) | model_parallel (FSDP2 fully_shard; runs on CPU too)"""
+    accelerator: str = "cpu"
+    """cpu | cuda | gpu | mps | auto"""
+    devices: int = 1
+    """processes (GPUs) per node"""
+    num_nodes: int = 1
+    """nodes"""
+    precision: str = "32-true"
+    """Lightning precision string: 32-true, bf16-mixed, bf16-true, 16-mixed, 16-true, 64-true (or 32, bf16, 16, 64)"""
+    activation_checkpointing: bool = False
+    """recompute each decoder layer in backward instead of keeping its activations (long sequences on GPUs)"""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the `fabric.<key>` at fault, its value and what is allowed."""
+        one_of("fabric.strategy", self.strategy, STRATEGIES)
+        one_of("fabric.accelerator", self.accelerator, ACCELERATORS)
+        at_least("fabric.devices", self.devices, 1)
+        at_least("fabric.num_nodes", self.num_nodes, 1)
+        one_of("fabric.precision", self.precision, PRECISIONS)
+        require(
+            not (self.strategy == "fsdp" and self.accelerator == "cpu"),
+            "fabric.strategy",
+            self.strategy,
+            "FSDP1 needs GPUs (fabric.accelerator=cuda); on CPU use fabric.strategy=model_parallel (FSDP2)",
+        )
