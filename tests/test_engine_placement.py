@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from webrl.config import ConfigError, load_config
-from webrl.fabric_config import FabricConfig
 from webrl.engine_placement import EnginePlacement, node_cpus
+from webrl.fabric_config import FabricConfig
 from webrl.loop_config import WebRLConfig
 from webrl.web_environment import WebEnvironment
 
