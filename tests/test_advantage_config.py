@@ -6,11 +6,11 @@ input), both for the current phase's steps and for the replayed ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.single_process import SingleProcess
 from webrl import phase_training
 from webrl.config import load_config
 from webrl.data.steps import read_samples
@@ -23,18 +23,6 @@ from webrl.stage_settings import StageSettings
 CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
 HALF_DISCOUNT = [1.75, 1.5, 1.0]
 """mc_return of a 3-step success with γ = 0.5 (the default γ would give 2.71, 1.9, 1.0)."""
-
-
-@dataclass
-class SingleProcess:
-    """The few Fabric attributes the replay stage reads, for one process."""
-
-    world_size: int = 1
-    global_rank: int = 0
-    is_global_zero: bool = True
-
-    def barrier(self) -> None:
-        return None
 
 
 def success(task_id: str, steps: int = 3) -> Trajectory:

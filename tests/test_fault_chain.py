@@ -17,12 +17,12 @@ from __future__ import annotations
 import csv
 import os
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from sample_records import build_trajectory
 
+from tests.single_process import SingleProcess
 from webrl.config import load_config
 from webrl.data.atomic_io import FAULT_ENV, FAULT_EXIT_CODE, FAULT_LOG_ENV, write_json_atomic
 from webrl.data.replay import ReplayBuffer
@@ -33,26 +33,9 @@ from webrl.run_layout import RunLayout
 from webrl.run_state import STAGES, RunState
 
 
-@dataclass
-class OneProcess:
-    """The Fabric attributes the loop's stage driver and checkpoint use, for one process."""
-
-    is_global_zero: bool = True
-    loggers: list[object] = field(default_factory=list)
-
-    def barrier(self) -> None:
-        return None
-
-    def print(self, *args: object) -> None:
-        return None
-
-    def log_dict(self, metrics: dict[str, float], step: int) -> None:
-        return None
-
-
 def stub_loop(run_dir: Path) -> PhaseLoop:
     config = load_config(WebRLConfig, [f"output_dir={run_dir}", "phases=1"])
-    loop = PhaseLoop(config, OneProcess(), None, None, sft_dir=run_dir / "sft", orm_dir=None, demonstrations=[])
+    loop = PhaseLoop(config, SingleProcess(), None, None, sft_dir=run_dir / "sft", orm_dir=None, demonstrations=[])
     layout = loop.layout
 
     def curriculum(phase: int) -> dict[str, float]:

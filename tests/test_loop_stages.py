@@ -11,25 +11,13 @@ from pathlib import Path
 
 from sample_records import build_trajectory
 
+from tests.single_process import SingleProcess
 from webrl.config import load_config
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import write_trajectories
 from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
 from webrl.run_state import STAGES, RunState
-
-
-@dataclass
-class SingleProcess:
-    """The few Fabric attributes `PhaseLoop.run` reads, for one process."""
-
-    is_global_zero: bool = True
-
-    def barrier(self) -> None:
-        return None
-
-    def print(self, *args: object) -> None:
-        return None
 
 
 def stubbed_loop(tmp_path: Path, calls: list[tuple[int, str]]) -> PhaseLoop:
@@ -69,10 +57,9 @@ def test_a_resumed_run_skips_the_stages_marked_done(tmp_path):
 
 @dataclass
 class LoggingProcess(SingleProcess):
-    """SingleProcess plus what `_checkpoint` calls: Fabric's metric logging (recorded) and no W&B loggers."""
+    """SingleProcess recording what `_checkpoint` logs through Fabric."""
 
     logged: list[tuple[dict[str, float], int]] = field(default_factory=list)
-    loggers: list[object] = field(default_factory=list)
 
     def log_dict(self, metrics: dict[str, float], step: int) -> None:
         self.logged.append((metrics, step))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from sample_records import build_trajectory
 
 from recipes import branch as branch_recipe
 from recipes import webrl
+from tests.single_process import SingleProcess
 from webrl.curriculum.state import STATE_FILE
 from webrl.data.atomic_io import write_bytes_atomic, write_json_atomic, write_jsonl_atomic
 from webrl.data.replay import ReplayBuffer
@@ -34,23 +34,6 @@ PHASES = 2
 """The source run has phases 0, 1 and 2."""
 LOG_STEPS = (5, 100_003, 150_001, 199_999, 200_002, 250_000, 299_999)
 """Steps of the source's launch log: before phase 1, phase 1's critic, actor and record, phase 2's likewise."""
-
-
-@dataclass
-class SingleProcess:
-    """The Fabric attributes the loop's stage and phase records use, for one process without loggers."""
-
-    is_global_zero: bool = True
-    loggers: list[object] = field(default_factory=list)
-
-    def barrier(self) -> None:
-        return None
-
-    def print(self, *args: object) -> None:
-        return None
-
-    def log_dict(self, metrics: dict[str, float], step: int) -> None:
-        return None
 
 
 def _with_screenshot(layout: RunLayout, trajectory: Trajectory, phase: int) -> Trajectory:

@@ -4,8 +4,8 @@ and the ORM's P(YES) at the configured `reward.threshold`, which reaches the loo
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
+from tests.single_process import SingleProcess
 from webrl import loop as loop_module
 from webrl.config import load_config
 from webrl.data.labels import label_with_orm
@@ -43,18 +43,6 @@ def test_label_with_orm_uses_the_threshold_it_is_given(make_trajectory):
     label_with_orm(trajectories, lambda prompts: [0.69, 0.7, 0.71], threshold=0.7)
     assert [t.orm_reward for t in trajectories] == [0.0, 1.0, 1.0]
     assert [t.outcome for t in trajectories] == [0.0, 1.0, 1.0]
-
-
-@dataclass
-class SingleProcess:
-    """The Fabric members the label stage reads, for one process."""
-
-    global_rank: int = 0
-    world_size: int = 1
-    is_global_zero: bool = True
-
-    def barrier(self) -> None:
-        return None
 
 
 def test_the_loop_labels_rollouts_at_the_configured_threshold(tmp_path, make_trajectory, monkeypatch):
