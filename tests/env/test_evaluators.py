@@ -136,18 +136,32 @@ def test_episode_evaluate_records_reward_and_detail(run, pool, backend, pages):
     assert trajectory.metadata["eval"] == {"per_type": {"string_match": 0.0}, "needs_judge": True}
 
 
+POST_TITLE = {
+    "url": "func:reddit_get_post_url('__last_url__')",
+    "locator": "document.querySelector('.submission__inner').outerText",
+    "required_contents": {"must_include": ["The Left Hand of Darkness"]},
+}
+
+
+def test_program_html_opens_the_post_reddit_get_post_url_names(run, pool, backend, pages):
+    block = {"eval_types": ["program_html"], "program_html": [POST_TITLE]}
+    # The comment page lacks the post: 1.0 only because the check opened /f/books/42/ (its index.html).
+    assert _evaluate(run, pool, backend, pages, block, None, navigate_to="f/books/42/comment-7.html").score == 1.0
+    assert _evaluate(run, pool, backend, pages, block, None, navigate_to="f/books/42/index.html").score == 1.0
+    assert _evaluate(run, pool, backend, pages, block, None, navigate_to="f/books/43/index.html").score == 0.0
+    # Not a forum URL: the check stays on page2.html, which has no submission.
+    assert _evaluate(run, pool, backend, pages, block, None, navigate_to="page2.html").score == 0.0
+
+
 def test_unsupported_helpers_are_named(run, pool, backend, pages):
     block = {
         "eval_types": ["program_html"],
-        "program_html": [
-            {
-                "url": "func:reddit_get_post_url('__last_url__')",
-                "locator": "",
-                "required_contents": {"must_include": ["x"]},
-            }
-        ],
+        "program_html": [POST_TITLE, {**POST_TITLE, "locator": "func:reddit_get_post_title(__page__)"}],
     }
-    expected = "task t1: eval.program_html.0..url calls WebArena helper reddit_get_post_url.., which webrl does not"
+    expected = (
+        r"^task t1: eval\.program_html\[1\]\.locator calls WebArena helper reddit_get_post_title\(\), which webrl "
+        r"does not implement \(it has reddit_get_post_url\(\), gitlab_get_project_memeber_role\(\), "
+    )
     with pytest.raises(MissingHelperError, match=expected):
         _evaluate(run, pool, backend, pages, block, None)
 
@@ -157,7 +171,7 @@ def _undecided_judge(intent, answer, reference):
 
 
 _HELPER = {
-    "url": "func:reddit_get_post_url('__last_url__')",
+    "url": "func:reddit_get_post_title('__last_url__')",
     "locator": "",
     "required_contents": {"must_include": ["x"]},
 }
@@ -169,7 +183,7 @@ _HELPER = {
         (
             {"eval_types": ["program_html"], "program_html": [_HELPER]},
             None,
-            "MissingHelperError: task t1: eval.program_html[0].url calls WebArena helper reddit_get_post_url()",
+            "MissingHelperError: task t1: eval.program_html[0].url calls WebArena helper reddit_get_post_title()",
         ),
         (
             {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["shipped"]}},

@@ -2,7 +2,7 @@
 
 URL and string rules run on plain strings; program_html runs on a real page in Chromium, and the
 last test drives a batch through `collect_rollouts` to show that a task whose `func:` helper webrl
-lacks fails alone.
+lacks, or cannot run, fails alone.
 """
 
 from __future__ import annotations
@@ -213,16 +213,33 @@ def test_locators_prep_actions_and_combined_types_on_a_page(run, pool, site_map,
     assert result.score == min(per_type.values())
 
 
-@pytest.mark.parametrize(
-    ("task_id", "message"),
-    [
-        (25, "task 25: eval.program_html[0].url calls WebArena helper reddit_get_post_url()"),
-        (26, "task 26: eval.program_html[0].locator calls WebArena helper gitlab_get_project_memeber_role()"),
-    ],
-)
-def test_a_missing_func_helper_is_a_named_error(run, pool, site_map, task_id, message):
-    with pytest.raises(MissingHelperError, match=f"^{re.escape(message)}, which webrl does not implement$"):
-        evaluate_on_page(run, pool, site_map, fixture(task_id, site_map))
+def test_func_helpers_on_pages_shaped_like_the_sites(run, pool, site_map):
+    # 25: the post of the page the episode ended on must be in books; from a comment of post 42 that is post 42.
+    post = fixture(25, site_map)
+    post.start_url = f"{site_map['__REDDIT__']}/f/books/42/comment-7.html"
+    assert evaluate_on_page(run, pool, site_map, post).per_type == {"program_html": 1.0}
+    post.start_url = site_map["__REDDIT__"]  # the front page is under no post: the check reads it, no submission
+    assert evaluate_on_page(run, pool, site_map, post).per_type == {"program_html": 0.0}
+    # 26: yjlou must be a Developer in the members table; convexegg is a Maintainer there.
+    member = fixture(26, site_map)
+    assert evaluate_on_page(run, pool, site_map, member).per_type == {"program_html": 1.0}
+    member.eval["program_html"][0]["locator"] = "func:gitlab_get_project_memeber_role(__page__, 'convexegg')"
+    assert evaluate_on_page(run, pool, site_map, member).per_type == {"program_html": 0.0}
+
+
+def with_helper(task_id: int, site_map: dict[str, str], new_id: str, locator: str) -> Task:
+    """Fixture `task_id` as task `new_id`, its first program_html locator replaced by `locator`."""
+    config = fixture(task_id, site_map).to_dict()
+    config["task_id"] = new_id
+    config["eval"]["program_html"][0]["locator"] = locator
+    return Task.from_dict(config)
+
+
+def test_a_missing_func_helper_is_a_named_error(run, pool, site_map):
+    task = with_helper(26, site_map, "31", "func:gitlab_get_project_owner(__page__)")
+    message = "task 31: eval.program_html[0].locator calls WebArena helper gitlab_get_project_owner(), which webrl"
+    with pytest.raises(MissingHelperError, match=f"^{re.escape(message)} does not implement \\(it has .*\\)$"):
+        evaluate_on_page(run, pool, site_map, task)
 
 
 class _AnswersShipped:
@@ -235,9 +252,13 @@ class _AnswersShipped:
         return None
 
 
-def test_a_missing_helper_fails_its_episode_alone_in_a_batch(run, pool, site_map, tmp_path):
+def test_a_helper_that_cannot_run_fails_its_episode_alone_in_a_batch(run, pool, site_map, tmp_path, monkeypatch):
+    # 31 calls a helper webrl lacks; 32 asks the shop's REST API, with no admin credentials to log in with.
+    monkeypatch.delenv("WEBARENA_SHOPPING_ADMIN_USERNAME", raising=False)
     ids = [20, 21, 25, 22, 27, 26, 28, 29, 30, 3]
     tasks = [fixture(task_id, site_map) for task_id in ids]
+    tasks.insert(3, with_helper(26, site_map, "31", "func:gitlab_get_project_owner(__page__)"))
+    tasks.insert(6, with_helper(26, site_map, "32", "func:shopping_get_sku_latest_review_author('MJ01-XS-Black')"))
     out = tmp_path / "rollouts.jsonl"
     result = run(
         collect_rollouts(
@@ -245,12 +266,21 @@ def test_a_missing_helper_fails_its_episode_alone_in_a_batch(run, pool, site_map
         )
     )
     by_id = {t.task.task_id: t for t in result.trajectories}
-    assert sorted(by_id) == sorted(str(i) for i in ids)
+    assert sorted(by_id) == sorted([str(i) for i in ids] + ["31", "32"])
     assert sorted(t.task.task_id for t in read_trajectories(out)) == sorted(by_id)
     errored = {task_id: t.error for task_id, t in by_id.items() if t.status == "error"}
-    assert set(errored) == {"25", "26"}
-    helper = "evaluation failed: MissingHelperError: task {}: eval.program_html[0].{} calls WebArena helper"
-    assert errored["25"].startswith(helper.format(25, "url")) and errored["26"].startswith(helper.format(26, "locator"))
-    assert by_id["26"].metadata["ended_as"] == "exit" and by_id["26"].eval_reward is None
+    assert set(errored) == {"31", "32"}
+    assert errored["31"].startswith(
+        "evaluation failed: MissingHelperError: task 31: eval.program_html[0].locator calls WebArena helper "
+        "gitlab_get_project_owner(), which webrl does not implement"
+    )
+    assert errored["32"].startswith(
+        "evaluation failed: EvaluationError: task 32: eval.program_html[0].locator calls "
+        "shopping_get_sku_latest_review_author(), which failed: no shop admin credentials for the REST API: set "
+        "WEBARENA_SHOPPING_ADMIN_USERNAME"
+    )
+    assert by_id["31"].metadata["ended_as"] == "exit" and by_id["31"].eval_reward is None
     rewards = {task_id: t.eval_reward for task_id, t in by_id.items() if task_id not in errored}
-    assert rewards == {"20": 1.0, "21": 1.0, "22": 1.0, "27": 1.0, "28": 1.0, "29": 1.0, "30": 1.0, "3": 0.0}
+    # 25 ends on the front page, under no post (0); 26 finds yjlou a Developer in the members table (1).
+    expected = {"20": 1.0, "21": 1.0, "22": 1.0, "25": 0.0, "26": 1.0, "27": 1.0, "28": 1.0, "29": 1.0, "30": 1.0}
+    assert rewards == {**expected, "3": 0.0}

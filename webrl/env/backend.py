@@ -18,6 +18,7 @@ from webrl.data.trajectory import Task
 from webrl.env.evaluators import EvalResult, Judge, evaluate_task
 from webrl.env.login import StorageStates
 from webrl.env.tasks import normalise_url_map, substitute
+from webrl.env.webarena_helpers import WebArenaHelpers
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,9 @@ class WebArenaBackend:
         judge: LLM judge for fuzzy_match references; without one such tasks report `needs_judge`.
         storage_states: where logged-in sessions for `require_login` tasks live (env.storage_state_dir);
             None runs such tasks logged out, with a warning.
+
+    program_html's `func:` helpers run against these sites; the shopping ones log in to the shop's REST API
+    with the shop admin's credentials from the environment (`webrl.env.magento_api`).
     """
 
     def __init__(
@@ -89,6 +93,7 @@ class WebArenaBackend:
         self.url_map = normalise_url_map(url_map)
         self.judge = judge
         self.storage_states = storage_states
+        self.helpers = WebArenaHelpers(self.url_map)
         self._warned_login = False
 
     def start_url(self, task: Task) -> str:
@@ -142,4 +147,4 @@ class WebArenaBackend:
         """WebArena's product of per-type scores, with the per-type detail."""
         if not task.has_evaluator:
             return None
-        return await evaluate_task(task, page, answer, judge=self.judge)
+        return await evaluate_task(task, page, answer, judge=self.judge, helpers=self.helpers)

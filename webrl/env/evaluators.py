@@ -14,8 +14,11 @@ WebArena-Lite's additions `must_exclude`, `one_of` and program_html `fuzzy_match
 - program_html with an empty locator reads the page's HTML (`page.content()`), not its text.
 
 `fuzzy_match` needs an LLM judge; without one the result says `needs_judge` instead of guessing, so
-callers can route the trajectory to the ORM. WebArena's `func:` helpers (they query the sites' APIs)
-are not implemented: such a task raises `MissingHelperError` when it is evaluated, naming the helper.
+callers can route the trajectory to the ORM. A program_html `url` or `locator` of `func:name(...)` is one of
+WebArena's helpers (`webrl.env.webarena_helpers`): in the url it gives the page to open, in the locator the
+content to check. Every such expression is checked before the first page is opened: a helper webrl lacks
+raises `MissingHelperError` naming it and the ones there are; a helper that cannot answer (the shop's REST
+API out of reach) raises `EvaluationError` naming the task, the field and the cause.
 """
 
 from __future__ import annotations
@@ -29,12 +32,20 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from webrl.data.trajectory import Task, is_success
+from webrl.env.magento_api import MagentoApiError
+from webrl.env.webarena_helpers import (
+    PREFIX,
+    HelperCall,
+    HelperCallError,
+    UnknownHelperError,
+    WebArenaHelpers,
+    parse_call,
+)
 
 # judge(intent, answer, reference) -> a score in [0, 1] or a bool, or an awaitable of one.
 Judge = Callable[[str, str, str], Any]
 
 _OR = " |OR| "
-_HELPER = re.compile(r"func:\s*([A-Za-z_]\w*)")
 NOT_AVAILABLE = "N/A"
 
 
@@ -43,7 +54,7 @@ class EvaluationError(RuntimeError):
 
 
 class MissingHelperError(EvaluationError):
-    """A task whose evaluator calls one of WebArena's `func:` helpers, which webrl does not implement."""
+    """A task whose evaluator calls a WebArena `func:` helper webrl lacks; the message lists the ones it has."""
 
 
 @dataclass
@@ -181,12 +192,31 @@ def url_match(reference_url: str, page_url: str, url_note: str | None = None) ->
     return 0.0
 
 
-def _helper(task_id: str, field_name: str, value: str) -> MissingHelperError:
-    name = _HELPER.search(value)
-    helper = name.group(1) if name else value[:60]
-    return MissingHelperError(
-        f"task {task_id}: {field_name} calls WebArena helper {helper}(), which webrl does not implement"
-    )
+def _helper_calls(targets: list[dict[str, Any]], task_id: str) -> dict[tuple[int, str], HelperCall]:
+    """Every target's `func:` url and locator, parsed; the named error for a helper webrl cannot call."""
+    calls: dict[tuple[int, str], HelperCall] = {}
+    for i, target in enumerate(targets):
+        for key in ("url", "locator"):
+            value = str(target.get(key, ""))
+            where = f"eval.program_html[{i}].{key}"
+            if value.startswith("lambda:"):
+                raise EvaluationError(f"task {task_id}: {where} is a lambda: locator webrl does not run")
+            if not value.startswith(PREFIX):
+                continue
+            try:
+                calls[(i, key)] = parse_call(value)
+            except UnknownHelperError as err:
+                raise MissingHelperError(f"task {task_id}: {where} {err}") from err
+            except HelperCallError as err:
+                raise EvaluationError(f"task {task_id}: {where} {err}") from err
+    return calls
+
+
+async def _run_helper(helpers: WebArenaHelpers, call: HelperCall, page: Any, task_id: str, where: str) -> str:
+    try:
+        return await helpers.run(call, page)
+    except MagentoApiError as err:
+        raise EvaluationError(f"task {task_id}: {where} calls {call.name}(), which failed: {err}") from err
 
 
 async def select_content(page: Any, locator: str) -> str:
@@ -227,34 +257,47 @@ async def content_match(
 
 
 async def program_html(
-    targets: list[dict[str, Any]], page: Any, task_id: str = "?", intent: str = "", judge: Judge | None = None
+    targets: list[dict[str, Any]],
+    page: Any,
+    task_id: str = "?",
+    intent: str = "",
+    judge: Judge | None = None,
+    helpers: WebArenaHelpers | None = None,
 ) -> tuple[float, bool]:
-    """Check page content per target: navigate (or stay on "last"), run prep actions, select, match."""
-    for i, target in enumerate(targets):
-        for key in ("url", "locator"):
-            value = str(target.get(key, ""))
-            if value.startswith("func"):
-                raise _helper(task_id, f"eval.program_html[{i}].{key}", value)
-            if value.startswith("lambda:"):
-                raise EvaluationError(
-                    f"task {task_id}: eval.program_html[{i}].{key} is a lambda: locator webrl does not run"
-                )
+    """Check page content per target: navigate (or stay on "last"), run prep actions, select, match.
+
+    A `func:` url is the helper's value for the page as it is then; a `func:` locator's value is the content.
+    """
+    calls = _helper_calls(targets, task_id)
+    helpers = helpers or WebArenaHelpers()
     score = 1.0
     needs_judge = False
-    for target in targets:
-        if target["url"] != "last":
-            await page.goto(target["url"], wait_until="domcontentloaded")
+    for i, target in enumerate(targets):
+        url = target["url"]
+        if (i, "url") in calls:
+            url = await _run_helper(helpers, calls[(i, "url")], page, task_id, f"eval.program_html[{i}].url")
+        if url != "last":
+            await page.goto(url, wait_until="domcontentloaded")
         for prep in target.get("prep_actions") or []:
             await page.evaluate(f"() => {{ try {{ {prep} }} catch (e) {{}} }}")
-        content = await select_content(page, target.get("locator", ""))
+        if (i, "locator") in calls:
+            where = f"eval.program_html[{i}].locator"
+            content = await _run_helper(helpers, calls[(i, "locator")], page, task_id, where)
+        else:
+            content = await select_content(page, target.get("locator", ""))
         verdict, unjudged = await content_match(target["required_contents"], content, intent, judge)
         score *= verdict
         needs_judge = needs_judge or unjudged
     return score, needs_judge
 
 
-async def evaluate_task(task: Task, page: Any, answer: str | None, judge: Judge | None = None) -> EvalResult:
-    """Score a finished episode: `page` is its final page, `answer` its exit message (or None)."""
+async def evaluate_task(
+    task: Task, page: Any, answer: str | None, judge: Judge | None = None, helpers: WebArenaHelpers | None = None
+) -> EvalResult:
+    """Score a finished episode: `page` is its final page, `answer` its exit message (or None).
+
+    `helpers` runs program_html's `func:` helpers; the default has no site URLs, so the shopping ones fail.
+    """
     block = task.eval or {}
     types = block.get("eval_types") or []
     if not types:
@@ -271,7 +314,7 @@ async def evaluate_task(task: Task, page: Any, answer: str | None, judge: Judge 
         needs_judge = needs_judge or unjudged
     if "program_html" in types:
         per_type["program_html"], unjudged = await program_html(
-            block["program_html"], page, task.task_id, task.intent, judge
+            block["program_html"], page, task.task_id, task.intent, judge, helpers
         )
         needs_judge = needs_judge or unjudged
     score = 1.0
