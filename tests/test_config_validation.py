@@ -45,6 +45,7 @@ BAD_VALUES = [
     ("orm.data.positive_fraction=1", "orm.data.positive_fraction=1.0", "(0, 1)"),
     ("orm.data.concurrency=0", "orm.data.concurrency=0", ">= 1"),
     ("curriculum.judge_max_tokens=0", "curriculum.judge_max_tokens=0", "positive integer"),
+    ("curriculum.max_per_template=-1", "curriculum.max_per_template=-1", ">= 0 (0 = no cap)"),
     ("tracking.wandb_mode=onlin", "tracking.wandb_mode='onlin'", "online, offline, disabled"),
     ("tracking.sample_trajectories=-1", "tracking.sample_trajectories=-1", ">= 0"),
     ("fabric.precision=bf15-mixed", "fabric.precision='bf15-mixed'", "bf16-mixed"),

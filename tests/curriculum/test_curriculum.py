@@ -305,3 +305,12 @@ def test_state_file_round_trip_and_errors(tmp_path):
         CurriculumState.load(tmp_path / "p1")
     with pytest.raises(FileNotFoundError, match="no curriculum state"):
         CurriculumState.load(tmp_path / "missing")
+
+
+def test_template_cap_leaves_tasks_without_a_template_alone():
+    # LLM-made tasks carry no intent template: a cap of 1 must not reduce them to one.
+    result = make(CurriculumConfig(tasks_per_phase=100, max_per_template=1, generation_turns=1))[0].propose(
+        1, phase_inputs({"shopping": 3})
+    )
+    assert len(result.tasks) == 6
+    assert result.metrics["curriculum/rejected_template_cap"] == 0.0

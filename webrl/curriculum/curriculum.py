@@ -12,7 +12,9 @@ Per phase:
    `value_window` (skipped while no critic exists); then, while choosing, an optional feasibility
    judge on LLM-made tasks (`FeasibilityJudge`).
 4. Keep K, balanced across sites: candidates are taken round-robin from per-site queues shuffled by
-   a per-phase stream, and a site whose candidate the judge refuses gets the next turn back.
+   a per-phase stream, and a site whose candidate the judge refuses gets the next turn back. At most
+   `max_per_template` kept tasks may share an intent template: a candidate of a full template is set aside
+   (`template_cap`) and its site draws again, so the other templates fill the phase where candidates remain.
 
 Everything random derives from (config.seed, phase), and the only cross-phase memory is the seen
 set in `CurriculumState`, saved per phase directory: loading phase p-1's state and running phase p
@@ -56,6 +58,7 @@ _FILTER_OF_REASON = {
     "critic_high": "critic",
     "infeasible": "judge",
     "judge_unparsed": "judge",
+    "template_cap": "template_cap",
 }
 
 
@@ -245,11 +248,13 @@ class Curriculum:
         for queue in queues.values():
             rng.shuffle(queue)
         counts: dict[str, int] = {}
+        per_template: Counter[str] = Counter()
         kept: list[_Candidate] = []
         while len(kept) < self.config.tasks_per_phase:
             batch = pick_balanced(queues, counts, self.config.tasks_per_phase - len(kept))
             if not batch:
                 break
+            batch = [(site, c) for site, c in batch if self._template_has_room(site, c, counts, per_template, record)]
             judged = [c.task for _, c in batch if self._needs_judge(c)]
             verdicts = iter(self.judge.judge(judged) if judged else [])
             for site, candidate in batch:
@@ -261,11 +266,29 @@ class Curriculum:
                     kept.append(candidate)
                     continue
                 counts[site] -= 1
+                per_template[candidate.task.intent_template] -= 1
                 reason = "judge_unparsed" if verdict.feasible is None else "infeasible"
                 record.rejected.append(_rejection_of(candidate, reason, verdict.reply))
         for queue in queues.values():
             record.rejected.extend(_rejection_of(c, "unused") for c in queue)
         return kept
+
+    def _template_has_room(
+        self, site: str, candidate: _Candidate, counts: dict[str, int], per_template: Counter[str], record: PhaseRecord
+    ) -> bool:
+        """Count the candidate against its template, or set it aside when the template already has the cap.
+
+        A set-aside candidate gives its site the turn back, as a judge refusal does, so the cap does not
+        unbalance the sites. Tasks without a template (LLM-made ones) are never capped.
+        """
+        template = candidate.task.intent_template
+        cap = self.config.max_per_template
+        if cap and template and per_template[template] >= cap:
+            counts[site] -= 1
+            record.rejected.append(_rejection_of(candidate, "template_cap"))
+            return False
+        per_template[template] += 1
+        return True
 
     def _needs_judge(self, candidate: _Candidate) -> bool:
         # Template tasks are feasible by construction: the site's reference solver solves their template.
@@ -298,7 +321,7 @@ class Curriculum:
             "curriculum/unused": float(by_filter["unused"]),
             "curriculum/duplicate_rate": by_filter["duplicate"] / len(candidates) if candidates else 0.0,
         }
-        for name in ("parse", "duplicate", "critic", "judge", "no_template"):
+        for name in ("parse", "duplicate", "critic", "judge", "no_template", "template_cap"):
             metrics[f"curriculum/rejected_{name}"] = float(by_filter[name])
         values = [c.value for c in candidates if c.value is not None]
         if values:

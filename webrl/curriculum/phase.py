@@ -7,6 +7,7 @@ pieces it needs (the run's layout, task lists, callables), not the loop or the r
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -35,18 +36,38 @@ def generator_engine(generator: str, cache_dir: str | Path) -> InferenceEngine:
     return build_engine("hf", generator)
 
 
-def top_up(tasks: list[Task], *, wanted: int, pool: Sequence[Task], used: set[str], seed: int) -> list[Task]:
+def top_up(
+    tasks: list[Task], *, wanted: int, pool: Sequence[Task], used: set[str], seed: int, max_per_template: int = 0
+) -> tuple[list[Task], int]:
     """Fill a phase the curriculum left short (few failures to grow from) with unused tasks of `pool`.
 
     A phase with no tasks could not train; topping up from the training split keeps the phase size
     at `wanted`. `used` holds the intents of earlier phases; the tasks' own intents are added here.
+    With `max_per_template` > 0 no template may pass that many tasks in the phase: a drawn task of a
+    full template is skipped and a replacement drawn, so a cap that never binds draws exactly the
+    uncapped sample. Returns the tasks and the number skipped for the cap.
     """
     missing = wanted - len(tasks)
     if missing <= 0:
-        return tasks
+        return tasks, 0
     taken = used | {task.intent for task in tasks}
     fresh = [task for task in pool if task.intent not in taken]
-    return tasks + random.Random(seed).sample(fresh, min(missing, len(fresh)))
+    rng = random.Random(seed)
+    per_template = Counter(task.intent_template for task in tasks)
+    added: list[Task] = []
+    skipped = 0
+    while len(added) < missing and fresh:
+        drawn = rng.sample(range(len(fresh)), min(missing - len(added), len(fresh)))
+        for task in (fresh[index] for index in drawn):
+            template = task.intent_template
+            if max_per_template and template and per_template[template] >= max_per_template:
+                skipped += 1
+                continue
+            per_template[template] += 1
+            added.append(task)
+        chosen = set(drawn)
+        fresh = [task for index, task in enumerate(fresh) if index not in chosen]
+    return tasks + added, skipped
 
 
 def phase_tasks(
@@ -116,5 +137,11 @@ def propose_phase_tasks(
     )
     proposed = len(tasks)
     used = {task.intent for earlier in range(phase) for task in layout.tasks(earlier)}
-    tasks = top_up(tasks, wanted=config.tasks_per_phase, pool=pool, used=used, seed=seed)
-    return tasks, {**metrics, "curriculum/topped_up": float(len(tasks) - proposed)}
+    tasks, skipped = top_up(
+        tasks, wanted=config.tasks_per_phase, pool=pool, used=used, seed=seed, max_per_template=config.max_per_template
+    )
+    return tasks, {
+        **metrics,
+        "curriculum/topped_up": float(len(tasks) - proposed),
+        "curriculum/top_up_template_cap": float(skipped),
+    }
