@@ -59,12 +59,13 @@ DEFAULT_JUDGE_RULES: dict[str, str] = {
 class CurriculumConfig:
     """How each phase's new tasks are generated from the previous phase's failures, filtered and kept.
 
-    `max_per_template` defaults to 3, what one failed seed yields at the default `variants_per_seed`: a
-    template then fills no more of a phase than one of its failures would, however many of its instances
-    failed. Phase 1 of the measured SmolLM2 run (README) kept 6 tasks each of 4 templates (two failed seeds
-    times 3 variants), and one of them gave 6 of the phase's 14 successes. Replayed with a cap of 3, that
-    phase has 48 tasks of 26 templates instead of 17; a cap of 6 (an eighth of 48) would not have bound. The
-    price: the 12 set-aside places go to training tasks topped up at random rather than to failure-grown ones.
+    `max_per_template` defaults to 0 (no cap), the paper's behaviour, so that runs made before it keep
+    their tasks. The SmolLM2 recipe sets 3, what one failed seed yields at the default `variants_per_seed`:
+    a template then fills no more of a phase than one of its failures would. Phase 1 of the measured
+    SmolLM2 run (README) kept 6 tasks each of 4 templates (two failed seeds times 3 variants), and one of
+    them gave 6 of the phase's 14 successes. Replayed with a cap of 3, that phase has 48 tasks of 26
+    templates instead of 17; a cap of 6 (an eighth of 48) would not have bound. The price: the 12
+    set-aside places go to training tasks topped up at random rather than to failure-grown ones.
     """
 
     mode: str = "llm"
@@ -77,7 +78,7 @@ class CurriculumConfig:
     """Generator calls per site and phase, each with its own sample of seeds."""
     variants_per_seed: int = 3
     """Template mode: new instantiations requested per failed seed task."""
-    max_per_template: int = 3
+    max_per_template: int = 0
     """Most kept tasks of one phase sharing an `intent_template` (0 = no cap); LLM-made tasks have none."""
     value_window: tuple[float, float] = (0.05, 0.75)
     """Critic filter: keep a task when the critic's P(success) on its start page lies in [low, high]."""
