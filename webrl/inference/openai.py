@@ -17,6 +17,7 @@ a vLLM extension that other servers may reject). Without them `Completion.token_
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import openai
@@ -64,6 +65,13 @@ class OpenAIEngine:
         self.model = model or self._first_model()
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        """Answer `prompts` in order. With per-prompt `params.seeds`, each prompt goes in a request of its own:
+        a request's one seed would give all its prompts the same random stream."""
+        if params.seeds is not None:
+            own = [replace(params, seed=seed, seeds=None) for seed in params.prompt_seeds(len(prompts))]
+            if self.mode == "chat":
+                return list(self._pool.map(self._chat, prompts, own))
+            return [c for chunk in self._pool.map(lambda p, q: self._complete([p], q), prompts, own) for c in chunk]
         if self.mode == "chat":
             return list(self._pool.map(lambda p: self._chat(p, params), prompts))
         chunks = [prompts[i : i + self.prompts_per_request] for i in range(0, len(prompts), self.prompts_per_request)]

@@ -25,10 +25,11 @@ labels and success rates leave it out (`rollout/infra_errors` counts it).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,32 @@ class RolloutResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+def request_seed(seed: int | None, episode: str, attempt: int, step: int) -> int | None:
+    """The sampling seed of one model call: a digest of the rollout's `seed`, the episode's key (its task id,
+    and which occurrence of that id in the call), the attempt and the step (None when the rollout is unseeded).
+
+    Every request gets its own random stream, so that episodes batched together do not draw the same noise;
+    a step's sample depends on what the episode saw, not on which other episodes shared its batch; and a
+    resumed rollout, which runs only the tasks still missing, draws what the uninterrupted one would have.
+    """
+    if seed is None:
+        return None
+    digest = hashlib.blake2b(f"{seed}:{episode}:{attempt}:{step}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 33
+
+
+def episode_keys(tasks: Sequence[Task]) -> list[str]:
+    """`task_id#n` for the n-th occurrence of each task id in `tasks`: a name per episode that does not depend
+    on the other tasks of the call."""
+    seen: dict[str, int] = {}
+    keys = []
+    for task in tasks:
+        occurrence = seen.get(task.task_id, 0)
+        seen[task.task_id] = occurrence + 1
+        keys.append(f"{task.task_id}#{occurrence}")
+    return keys
+
+
 class _Batcher:
     """Collects prompts from live episodes and answers them with one engine call per step."""
 
@@ -76,30 +103,31 @@ class _Batcher:
         self.live = 0
         self.generated_tokens = 0
         self.failed_calls = 0
-        self._pending: list[tuple[str, asyncio.Future]] = []
+        self._pending: list[tuple[str, int | None, asyncio.Future]] = []
         self._changed = asyncio.Event()
 
     def set_live(self, delta: int) -> None:
         self.live += delta
         self._changed.set()
 
-    async def request(self, prompt: str) -> Completion:
+    async def request(self, prompt: str, seed: int | None) -> Completion:
+        """The completion of `prompt`, sampled with its own `seed` (None: the call's sampling seed)."""
         future = asyncio.get_running_loop().create_future()
-        self._pending.append((prompt, future))
+        self._pending.append((prompt, seed, future))
         self._changed.set()
         return await future
 
     async def run(self) -> None:
         while True:
             await self._gather_batch()
-            batch = [(p, f) for p, f in self._pending if not f.done()]
+            batch = [(p, s, f) for p, s, f in self._pending if not f.done()]
             self._pending = []
             if batch:
                 await self._answer(batch)
 
     async def _gather_batch(self) -> None:
         """Wait for a first prompt, then until every live episode has one (or the wait runs out)."""
-        while not any(not f.done() for _, f in self._pending):
+        while not any(not f.done() for _, _, f in self._pending):
             self._changed.clear()
             await self._changed.wait()
         deadline = time.monotonic() + self.max_wait_s
@@ -110,28 +138,29 @@ class _Batcher:
             except asyncio.TimeoutError:
                 return
 
-    async def _answer(self, batch: list[tuple[str, asyncio.Future]]) -> None:
-        prompts = [p for p, _ in batch]
+    async def _answer(self, batch: list[tuple[str, int | None, asyncio.Future]]) -> None:
+        prompts = [p for p, _, _ in batch]
+        seeds = [s for _, s, _ in batch]
         try:
             with self.clock.engine(len(prompts)):
-                completions = await asyncio.to_thread(self.engine.generate, prompts, self.sampling)
+                completions = await asyncio.to_thread(self.engine.generate, prompts, self._sampling(seeds))
             results: list[Completion | BaseException] = list(completions)
         except Exception as err:  # noqa: BLE001 - isolate the prompt(s) the engine rejects
             if len(prompts) == 1:
                 results = [err]
             else:
                 log.warning("engine failed on a batch of %d prompts (%s); retrying them one by one", len(prompts), err)
-                results = [await self._one(p) for p in prompts]
+                results = [await self._one(p, s) for p, s in zip(prompts, seeds, strict=True)]
         self.failed_calls = self.failed_calls + 1 if all(isinstance(r, BaseException) for r in results) else 0
         if self.failed_calls >= MAX_FAILED_ENGINE_CALLS:
             error = EngineDownError(
                 f"the engine failed every prompt of {self.failed_calls} calls in a row: {results[0]}"
             )
-            for _, future in batch:
+            for _, _, future in batch:
                 if not future.done():
                     future.set_exception(error)
             raise error
-        for (_, future), result in zip(batch, results, strict=True):
+        for (_, _, future), result in zip(batch, results, strict=True):
             if isinstance(result, Completion):
                 self.generated_tokens += len(result.token_ids)
             if future.done():
@@ -141,10 +170,16 @@ class _Batcher:
             else:
                 future.set_result(result)
 
-    async def _one(self, prompt: str) -> Completion | BaseException:
+    def _sampling(self, seeds: list[int | None]) -> SamplingParams:
+        """The call's sampling with each prompt's own seed, when every prompt has one."""
+        if any(seed is None for seed in seeds):
+            return self.sampling
+        return replace(self.sampling, seeds=[seed for seed in seeds if seed is not None])
+
+    async def _one(self, prompt: str, seed: int | None) -> Completion | BaseException:
         try:
             with self.clock.engine(1):
-                return (await asyncio.to_thread(self.engine.generate, [prompt], self.sampling))[0]
+                return (await asyncio.to_thread(self.engine.generate, [prompt], self._sampling([seed])))[0]
         except Exception as err:  # noqa: BLE001 - returned to the one episode that sent it
             return err
 
@@ -163,23 +198,24 @@ class _Rollout:
         self.phase: int = opts["phase"]
         self.step_latencies: list[float] = []
 
-    async def episode(self, task: Task) -> Trajectory:
-        """Run `task`; once more in a fresh context if the browser or the site failed it."""
-        trajectory = await self._attempt(task)
+    async def episode(self, task: Task, key: str) -> Trajectory:
+        """Run `task` (`key` names the episode, see `request_seed`); once more in a fresh context if the browser
+        or the site failed it."""
+        trajectory = await self._attempt(task, (key, 0))
         if not trajectory.infra_error:
             return trajectory
         log.warning("task %s: the browser or site failed (%s); retrying it once", task.task_id, trajectory.error)
-        retried = await self._attempt(task)
+        retried = await self._attempt(task, (key, 1))
         retried.metadata.update(attempts=2, first_error=trajectory.error)
         return retried
 
-    async def _attempt(self, task: Task) -> Trajectory:
+    async def _attempt(self, task: Task, attempt: tuple[str, int]) -> Trajectory:
         async with self.pool.episode(task, self.backend, self.limits, self.observation) as episode:
             # Backstop for a hung page or engine; the episode enforces its own limit between steps.
             limits = self.limits
             hard_limit = limits.episode_timeout_s + limits.reset_timeout_s + 2 * limits.action_timeout_s
             try:
-                await asyncio.wait_for(self._drive(episode), timeout=hard_limit)
+                await asyncio.wait_for(self._drive(episode, attempt), timeout=hard_limit)
             except asyncio.TimeoutError:
                 self._end(episode, "timeout", f"episode exceeded the hard limit of {hard_limit:g}s")
             except EngineDownError:
@@ -195,7 +231,7 @@ class _Rollout:
         trajectory.phase = self.phase
         return trajectory
 
-    async def _drive(self, episode: Episode) -> None:
+    async def _drive(self, episode: Episode, attempt: tuple[str, int]) -> None:
         # Live from the start: the first batch then waits for episodes still opening their page.
         self.batcher.set_live(+1)
         shot: asyncio.Task | None = None
@@ -206,7 +242,8 @@ class _Rollout:
             while not episode.done:
                 prompt = self.prompt_builder(episode.task, episode.trajectory.steps, observation.html)
                 asked = time.perf_counter()
-                completion = await self.batcher.request(prompt)
+                seed = request_seed(self.batcher.sampling.seed, *attempt, len(episode.trajectory.steps))
+                completion = await self.batcher.request(prompt, seed)
                 answered = time.perf_counter()
                 with self.clock.browser():
                     if shot is not None:
@@ -288,9 +325,9 @@ async def collect_rollouts(
     bar = progress_bar(total=len(tasks), desc="rollouts", unit="ep", enabled=progress)
     finished: list[Trajectory] = []
 
-    async def one(task: Task) -> Trajectory:
+    async def one(task: Task, key: str) -> Trajectory:
         async with slots:
-            trajectory = await run.episode(task)
+            trajectory = await run.episode(task, key)
         if sink is not None:
             sink.write(trajectory)
         finished.append(trajectory)
@@ -298,8 +335,9 @@ async def collect_rollouts(
         bar.set_postfix(success=f"{sum(t.succeeded for t in finished)}/{len(finished)}")
         return trajectory
 
+    episodes = [one(task, key) for task, key in zip(tasks, episode_keys(tasks), strict=True)]
     try:
-        trajectories = await _beside_the_batcher(batcher, [one(task) for task in tasks])
+        trajectories = await _beside_the_batcher(batcher, episodes)
     finally:
         bar.close()
         if own_writer and sink is not None:

@@ -116,14 +116,17 @@ class VLLMEngine:
             length = len(self.tokenizer(prompt).input_ids)
             if length >= self.max_model_len:
                 raise ValueError(f"prompt {index} has {length} tokens; the model takes fewer than {self.max_model_len}")
-        sampling = VLLMSamplingParams(
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_tokens=params.max_tokens,
-            stop=list(params.stop) or None,
-            seed=params.seed,
-            logprobs=0 if params.logprobs else None,
-        )
+        sampling = [
+            VLLMSamplingParams(
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_tokens,
+                stop=list(params.stop) or None,
+                seed=seed,
+                logprobs=0 if params.logprobs else None,
+            )
+            for seed in params.prompt_seeds(len(prompts))
+        ]
         with torch_threads(self.num_threads):
             outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
         return [_completion(output.outputs[0], params.logprobs) for output in outputs]

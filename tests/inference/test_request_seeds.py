@@ -1,0 +1,112 @@
+"""Per-request sampling seeds: each episode step of a rollout samples from its own random stream.
+
+One seed for a whole engine call gave every prompt of the call the same stream in vLLM (it seeds each
+request with it): at each token position all episodes drew the same noise, so 6 curriculum episodes of one
+template sampled byte-identical actions, and 60-task evaluations at temperature 1 succeeded on 32 tasks
+under one seed and 18 under the next. These tests pin the fix down on real Chromium and a real model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from webrl.data.prompts import actor_prompt_for_step
+from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
+from webrl.inference.engine import SamplingParams
+from webrl.inference.hf import HFEngine
+from webrl.inference.rollout import collect_rollouts, episode_keys, request_seed
+from webrl.inference.scripted import ScriptedEngine
+
+
+@pytest.fixture(scope="module")
+def miniwob() -> Iterator[MiniWoBBackend]:
+    with MiniWoBBackend() as backend:
+        yield backend
+
+
+class _RecordsSeeds:
+    """Wraps the scripted engine and records, per prompt, the seed each call gave it."""
+
+    def __init__(self, inner: ScriptedEngine) -> None:
+        self.inner = inner
+        self.seen: list[tuple[str, int | None]] = []
+        self.call_sizes: list[int] = []
+
+    def generate(self, prompts, params):
+        self.call_sizes.append(len(prompts))
+        self.seen.extend(zip(prompts, params.prompt_seeds(len(prompts)), strict=True))
+        return self.inner.generate(prompts, params)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _rollout_seeds(run, pool, miniwob, concurrency: int, seed: int | None) -> tuple[dict[str, int | None], list[int]]:
+    scripted = ScriptedEngine.for_miniwob()
+    engine = _RecordsSeeds(scripted)
+    tasks = miniwob_tasks(["login-user", "enter-text", "click-button"], seeds=[2])
+    run(
+        collect_rollouts(
+            engine,
+            tasks,
+            miniwob,
+            pool,
+            concurrency=concurrency,
+            sampling=SamplingParams(temperature=1.0, max_tokens=8, seed=seed),
+            prompt_builder=scripted.wrap(actor_prompt_for_step),
+            max_batch_wait_s=30.0,
+            progress=False,
+        )
+    )
+    return dict(engine.seen), engine.call_sizes
+
+
+def test_each_episode_step_gets_its_own_seed_whatever_the_batching(run, pool, miniwob):
+    batched, sizes = _rollout_seeds(run, pool, miniwob, concurrency=3, seed=5)
+    one_by_one, single = _rollout_seeds(run, pool, miniwob, concurrency=1, seed=5)
+    assert max(sizes) == 3 and max(single) == 1, "the two runs batch their prompts differently"
+    # login-user 3 steps, enter-text 2, click-button 1: six prompts, six different seeds.
+    assert len(batched) == 6 and len(set(batched.values())) == 6
+    assert batched == one_by_one, "a step's seed depends on its episode and step, not on its batch"
+    other, _ = _rollout_seeds(run, pool, miniwob, concurrency=3, seed=6)
+    assert set(other.values()).isdisjoint(batched.values())
+
+
+def test_an_unseeded_rollout_leaves_every_prompt_unseeded(run, pool, miniwob):
+    seeds, _ = _rollout_seeds(run, pool, miniwob, concurrency=3, seed=None)
+    assert set(seeds.values()) == {None}
+
+
+def test_request_seed_is_a_digest_of_seed_episode_attempt_and_step():
+    base = request_seed(0, "7#0", 0, 0)
+    assert base == request_seed(0, "7#0", 0, 0)
+    variants = {request_seed(1, "7#0", 0, 0), request_seed(0, "8#0", 0, 0), request_seed(0, "7#1", 0, 0)}
+    variants |= {request_seed(0, "7#0", 1, 0), request_seed(0, "7#0", 0, 1)}
+    assert base not in variants and len(variants) == 5
+    assert 0 <= base < 2**31, "vLLM and torch both take it"
+    assert request_seed(None, "7#0", 0, 0) is None
+
+
+def test_episode_keys_number_repeated_task_ids():
+    tasks = miniwob_tasks(["click-button", "click-link"], seeds=[1])
+    twice = [tasks[0], tasks[1], tasks[0]]
+    assert episode_keys(twice) == [f"{tasks[0].task_id}#0", f"{tasks[1].task_id}#0", f"{tasks[0].task_id}#1"]
+
+
+def test_sampling_params_check_one_seed_per_prompt():
+    params = SamplingParams(seed=3, seeds=[1, 2])
+    assert params.prompt_seeds(2) == [1, 2]
+    assert SamplingParams(seed=3).prompt_seeds(2) == [3, 3]
+    with pytest.raises(ValueError, match="2 seeds for 3 prompts"):
+        params.prompt_seeds(3)
+
+
+def test_hf_engine_per_prompt_seeds_are_reproducible_and_differ_from_one_seed(tiny_model_dir, prompts):
+    engine = HFEngine(tiny_model_dir)
+    per_prompt = SamplingParams(temperature=1.0, max_tokens=12, seeds=[11] * len(prompts))
+    first = [c.token_ids for c in engine.generate(prompts, per_prompt)]
+    assert first == [c.token_ids for c in engine.generate(prompts, per_prompt)]
+    shifted = SamplingParams(temperature=1.0, max_tokens=12, seeds=[12] + [11] * (len(prompts) - 1))
+    assert first != [c.token_ids for c in engine.generate(prompts, shifted)]
