@@ -239,6 +239,21 @@ def test_the_histograms_count_what_the_curriculum_and_replay_filters_saw(tmp_pat
     assert "No replay filter scores" not in page and "No critic-scored curriculum tasks" not in page
 
 
+def test_the_loss_curves_leave_out_the_phase_records_logged_beside_the_batches(tmp_path):
+    # What the loop writes: critic batches from 100_000, actor batches from 150_000, then phase 1's record at
+    # 199_999 with its `phase` set and the stages' summary losses (drawn, it squeezed the batches to one stroke).
+    (tmp_path / "metrics" / "version_0").mkdir(parents=True)
+    with (tmp_path / "metrics" / "version_0" / "metrics.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["step", "phase", "critic/loss", "actor/loss"])
+        writer.writerows([[99_999, 0, "", ""], [100_000, "", 3.0, ""], [100_001, "", 2.0, ""]])
+        writer.writerows([[150_000, "", "", 0.5], [150_001, "", "", 0.25], [199_999, 1, 2.5, 0.375]])
+    assert RunFigures.read(tmp_path).losses == {
+        "critic/loss": [(100_000, 3.0), (100_001, 2.0)],
+        "actor/loss": [(150_000, 0.5), (150_001, 0.25)],
+    }
+
+
 def _baseline_run(root, name, evaluation, *, launched=True, recipe=False):
     """A sibling run: a WebRL run evaluated per phase, or a recipe's one evaluation (`eval_<name>-<id>`)."""
     layout = RunLayout(root / name)

@@ -218,12 +218,19 @@ def _replay_stats(layout: RunLayout) -> dict[int, dict[str, Any]]:
 
 
 def _losses(root: Path) -> dict[str, list[tuple[int, float]]]:
-    """The loss columns of `metrics/version_*/metrics.csv` (one file per launch), merged and sorted by step."""
+    """The loss columns of `metrics/version_*/metrics.csv` (one file per launch), merged and sorted by step.
+
+    A phase's record is logged to the same CSV (at the end of the phase's step range, with its `phase` column
+    set) and carries the stages' summary losses; drawn as a batch, it would stretch the axis past the batches
+    and squeeze them into a vertical stroke, so those rows are left out.
+    """
     out: dict[str, dict[int, float]] = {key: {} for key in LOSS_KEYS}
     for path in RunLayout(root).launch_logs():
         try:
             with path.open(newline="", encoding="utf-8") as handle:
                 for row in csv.DictReader(handle):
+                    if row.get("phase"):
+                        continue
                     for key in LOSS_KEYS:
                         if row.get(key) and row.get("step", "").isdigit():
                             out[key][int(row["step"])] = float(row[key])
