@@ -21,7 +21,7 @@ from webrl.data.step_values import write_step_values
 from webrl.data.steps import trajectory_to_samples
 from webrl.data.trajectory import write_trajectories
 from webrl.report_data import RunFigures
-from webrl.report_plots import histogram_counts
+from webrl.report_plots import histogram_counts, phase_starts
 from webrl.run_layout import RunLayout
 from webrl.run_report import REPORT_NAME, ReportConfig, RunReport
 from webrl.run_state import RunState
@@ -252,6 +252,12 @@ def test_the_loss_curves_leave_out_the_phase_records_logged_beside_the_batches(t
         "critic/loss": [(100_000, 3.0), (100_001, 2.0)],
         "actor/loss": [(150_000, 0.5), (150_001, 0.25)],
     }
+
+
+def test_the_loss_axis_marks_each_phase_at_its_first_batch_without_the_step_gaps():
+    # Phase 1's critic from 100_000, its actor from 150_000, phase 2's critic from 200_000.
+    assert phase_starts([100_000, 100_001, 150_000, 200_000, 200_001]) == [(0, 1), (3, 2)]
+    assert phase_starts([]) == []
 
 
 def _baseline_run(root, name, evaluation, *, launched=True, recipe=False):

@@ -15,11 +15,8 @@ from lightning.fabric import Fabric
 
 from webrl.data.atomic_io import fault_point, write_json_atomic
 from webrl.run_layout import RunLayout
-from webrl.run_state import RunState
+from webrl.run_state import PHASE_STEPS, RunState
 from webrl.tracking import log_phase_views, write_phase_row
-
-PHASE_STEPS = 100_000
-"""Width of a phase on the logged step axis: critic steps, then actor steps from the middle, then the record."""
 
 
 def finish_stage(

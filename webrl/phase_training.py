@@ -28,9 +28,8 @@ from webrl.modules.actor import ActorModule
 from webrl.modules.advantages import score_steps
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import actor_scorer, load_model_and_tokenizer
-from webrl.phase_record import PHASE_STEPS
 from webrl.run_layout import RunLayout
-from webrl.run_state import stage_seed
+from webrl.run_state import PHASE_STEPS, stage_seed
 from webrl.stage_settings import StageSettings
 from webrl.training import save_model_dir, setup_for_training, train_module
 

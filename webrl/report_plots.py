@@ -14,7 +14,7 @@ from typing import Any
 
 from webrl.report_baselines import Baseline
 from webrl.report_data import PhaseFigures, Rate, RunFigures
-from webrl.run_state import STAGES
+from webrl.run_state import PHASE_STEPS, STAGES
 
 PNG_DPI = 100
 """Resolution of the PNG copies (a 6 x 3 inch figure: about 600 x 300 pixels)."""
@@ -172,16 +172,29 @@ def replay_plot(phases: list[PhaseFigures]) -> Plot | None:
 
 
 def loss_plot(losses: dict[str, list[tuple[int, float]]]) -> Plot | None:
-    """Critic and actor loss per logged batch, on the run's global step axis (phases side by side)."""
+    """Critic and actor loss per logged batch, the phases side by side, each tick at a phase's first batch."""
     if not losses:
         return None
     plt = _pyplot()
     with plt.rc_context(_STYLE):
         figure, panels = plt.subplots(1, len(losses), figsize=(6 * len(losses) / 1.4, 3), squeeze=False)
         for axes, (key, points) in zip(panels[0], sorted(losses.items()), strict=True):
-            axes.plot([s for s, _ in points], [v for _, v in points], lw=1)
-            axes.set(title=key, xlabel="step")
+            axes.plot(range(len(points)), [v for _, v in points], lw=1)
+            starts = phase_starts([s for s, _ in points])
+            axes.set_xticks([index for index, _ in starts], [f"phase {phase}" for _, phase in starts])
+            axes.set(title=key, xlabel="batches, in the order they trained")
         return _draw(figure)
+
+
+def phase_starts(steps: Sequence[int]) -> list[tuple[int, int]]:
+    """(index, phase) of the first of sorted global `steps` in each phase; the loop numbers a phase's batches
+    from `phase * PHASE_STEPS`, which as an axis would leave gaps of 100,000 between phases."""
+    starts: list[tuple[int, int]] = []
+    for index, step in enumerate(steps):
+        phase = step // PHASE_STEPS
+        if not starts or starts[-1][1] != phase:
+            starts.append((index, phase))
+    return starts
 
 
 def time_plot(phases: list[PhaseFigures]) -> Plot | None:

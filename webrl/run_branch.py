@@ -32,9 +32,8 @@ from webrl.curriculum.state import STATE_FILE
 from webrl.data.atomic_io import publish_dir, write_json_atomic, write_text_atomic
 from webrl.data.replay import ReplayBuffer
 from webrl.data.trajectory import read_trajectories
-from webrl.phase_record import PHASE_STEPS
 from webrl.run_layout import RunLayout
-from webrl.run_state import STAGES, RunState
+from webrl.run_state import PHASE_STEPS, STAGES, RunState
 from webrl.tracking import write_phase_row
 
 
@@ -179,7 +178,7 @@ class RunBranch:
     def _step_limit(self) -> int:
         """The first logged step the branch does not keep.
 
-        On the step axis (`webrl.phase_record.PHASE_STEPS`) phase p's critic logs from p * PHASE_STEPS,
+        On the step axis (`webrl.run_state.PHASE_STEPS`) phase p's critic logs from p * PHASE_STEPS,
         its actor from the middle of the phase, and its record at the phase's last step.
         """
         start = self.phase * PHASE_STEPS

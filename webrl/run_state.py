@@ -20,6 +20,9 @@ from webrl.data.atomic_io import write_json_atomic
 
 STAGES = ("curriculum", "rollouts", "labels", "replay", "critic", "actor", "sync", "evaluate", "checkpoint")
 
+PHASE_STEPS = 100_000
+"""Width of a phase on the logged step axis: critic steps, then actor steps from the middle, then the record."""
+
 
 def stage_seed(seed: int, phase: int, stage: str) -> int:
     """A seed for one stage of one phase, stable across processes and resumes."""
