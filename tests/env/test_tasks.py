@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import re
 
 import pytest
@@ -65,6 +66,14 @@ def test_sources_file_object_file_list_directory_and_dict(tmp_path):
     for i in (10, 2, 1):
         (split / f"{i}.json").write_text(json.dumps(config(i)))
     assert [t.task_id for t in load_tasks(split, URL_MAP)] == ["1", "2", "10"]
+
+
+def test_a_suite_from_disk_gets_a_summary_line_and_configs_built_in_memory_do_not(tmp_path, caplog):
+    (tmp_path / "many.json").write_text(json.dumps([config(1), config(2)]))
+    with caplog.at_level(logging.INFO, logger="webrl.env.tasks"):
+        load_tasks(tmp_path / "many.json", URL_MAP)
+        load_tasks([config(3)], URL_MAP)
+    assert [record.getMessage() for record in caplog.records] == ["task configs: loaded 2 of 2"]
 
 
 def test_a_task_without_eval_block_loads_without_evaluator():

@@ -268,7 +268,10 @@ def load_tasks(source: Any, url_map: dict[str, str] | None = None, strict: bool 
     """
     report = read_suite(source, url_map)
     if not report.skipped:
-        log.info("task configs: %s", report.summary())
+        # A suite read from disk is worth a line; configs built in memory (the curriculum's new instances of a
+        # template, several per phase) would repeat it for every template.
+        from_disk = isinstance(source, (str, Path))
+        log.log(logging.INFO if from_disk else logging.DEBUG, "task configs: %s", report.summary())
         return report.tasks
     details = "\n".join(f"  {err}" for err in report.skipped)
     if strict or not report.tasks:
