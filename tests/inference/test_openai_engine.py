@@ -65,6 +65,23 @@ def test_stop_strings_match_hf(server, tiny_model_dir, prompts) -> None:
 
 
 @pytest.mark.vllm
+def test_per_prompt_seeds_go_in_requests_of_their_own(server, prompts) -> None:
+    # 4 copies of a prompt, a seed each: 4 samples, reproducible, each what its seed gives alone.
+    engine = OpenAIEngine(server, return_token_ids=True, prompts_per_request=4)
+    same = [prompts[0]] * 4
+    own = SamplingParams(temperature=1.0, max_tokens=12, seeds=[1, 2, 3, 4])
+    try:
+        separate = [c.token_ids for c in engine.generate(same, own)]
+        again = [c.token_ids for c in engine.generate(same, own)]
+        alone = engine.generate(same[:1], SamplingParams(temperature=1.0, max_tokens=12, seed=3))[0].token_ids
+    finally:
+        engine.close()
+    assert separate == again
+    assert len({tuple(ids) for ids in separate}) > 1
+    assert separate[2] == alone
+
+
+@pytest.mark.vllm
 def test_chat_mode_sends_system_and_user_messages(server, tiny_model_dir, greedy_reference) -> None:
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
     engine = OpenAIEngine(server, mode="chat", system_prompt="You are a web agent.", return_token_ids=True)
