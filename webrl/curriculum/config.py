@@ -12,6 +12,7 @@ judge prompt names per site; they are plain strings so that a user can rewrite t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from webrl.config_checks import at_least, one_of, require, within
@@ -53,6 +54,11 @@ DEFAULT_JUDGE_RULES: dict[str, str] = {
         "live, contacting customer service, after-sales requests."
     ),
 }
+
+
+def template_full(per_template: Mapping[str, int], template: str, cap: int) -> bool:
+    """Whether a task of `template` would pass `cap` (0 = no cap) kept tasks of it; tasks with no template never do."""
+    return bool(cap and template and per_template.get(template, 0) >= cap)
 
 
 @dataclass

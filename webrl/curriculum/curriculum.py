@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.config import CurriculumConfig, template_full
 from webrl.curriculum.filters import (
     FeasibilityJudge,
     group_by,
@@ -282,8 +282,7 @@ class Curriculum:
         unbalance the sites. Tasks without a template (LLM-made ones) are never capped.
         """
         template = candidate.task.intent_template
-        cap = self.config.max_per_template
-        if cap and template and per_template[template] >= cap:
+        if template_full(per_template, template, self.config.max_per_template):
             counts[site] -= 1
             record.rejected.append(_rejection_of(candidate, "template_cap"))
             return False

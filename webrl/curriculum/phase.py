@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.config import CurriculumConfig, template_full
 from webrl.curriculum.curriculum import Critic, Curriculum, Reinstantiate
 from webrl.curriculum.state import STATE_FILE, CurriculumState
 from webrl.data.trajectory import Task, Trajectory
@@ -59,11 +59,10 @@ def top_up(
     while len(added) < missing and fresh:
         drawn = rng.sample(range(len(fresh)), min(missing - len(added), len(fresh)))
         for task in (fresh[index] for index in drawn):
-            template = task.intent_template
-            if max_per_template and template and per_template[template] >= max_per_template:
+            if template_full(per_template, task.intent_template, max_per_template):
                 skipped += 1
                 continue
-            per_template[template] += 1
+            per_template[task.intent_template] += 1
             added.append(task)
         chosen = set(drawn)
         fresh = [task for index, task in enumerate(fresh) if index not in chosen]

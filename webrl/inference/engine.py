@@ -20,6 +20,7 @@ Conventions shared by all backends, so that their outputs are interchangeable:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,12 @@ class SamplingParams:
         if len(self.seeds) != count:
             raise ValueError(f"SamplingParams.seeds has {len(self.seeds)} seeds for {count} prompts")
         return list(self.seeds)
+
+
+def digest_seed(*parts: object) -> int:
+    """A seed in [0, 2**31) from a digest of `parts`: stable across processes, and taken by vLLM and torch alike."""
+    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 33
 
 
 @dataclass

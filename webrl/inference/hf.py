@@ -9,7 +9,6 @@ off, text cut before the first stop string, EOS kept in `token_ids` but not in `
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 
-from webrl.inference.engine import Completion, SamplingParams, torch_threads, truncate_at_stop
+from webrl.inference.engine import Completion, SamplingParams, digest_seed, torch_threads, truncate_at_stop
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +190,6 @@ class _StopStrings(StoppingCriteria):
 
 def _call_seed(params: SamplingParams, count: int) -> int | None:
     """One seed for a batched call: `params.seed`, or a digest of all of `params.seeds` (None: unseeded)."""
-    seeds = params.prompt_seeds(count)
     if params.seeds is None:
-        return seeds[0] if seeds else None
-    digest = hashlib.blake2b(",".join(map(str, seeds)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
+        return params.seed
+    return digest_seed(*params.prompt_seeds(count))

@@ -25,13 +25,12 @@ labels and success rates leave it out (`rollout/infra_errors` counts it).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.trajectory import Step, Task, Trajectory, TrajectoryWriter
@@ -39,7 +38,7 @@ from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.episode import Episode
 from webrl.env.limits import EpisodeLimits
 from webrl.env.observation import ObservationConfig
-from webrl.inference.engine import Completion, InferenceEngine, SamplingParams
+from webrl.inference.engine import Completion, InferenceEngine, SamplingParams, digest_seed
 from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics
 from webrl.progress import progress_bar
 
@@ -74,10 +73,7 @@ def request_seed(seed: int | None, episode: str, attempt: int, step: int) -> int
     a step's sample depends on what the episode saw, not on which other episodes shared its batch; and a
     resumed rollout, which runs only the tasks still missing, draws what the uninterrupted one would have.
     """
-    if seed is None:
-        return None
-    digest = hashlib.blake2b(f"{seed}:{episode}:{attempt}:{step}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 33
+    return None if seed is None else digest_seed(seed, episode, attempt, step)
 
 
 def episode_keys(tasks: Sequence[Task]) -> list[str]:
@@ -172,9 +168,9 @@ class _Batcher:
 
     def _sampling(self, seeds: list[int | None]) -> SamplingParams:
         """The call's sampling with each prompt's own seed, when every prompt has one."""
-        if any(seed is None for seed in seeds):
+        if None in seeds:
             return self.sampling
-        return replace(self.sampling, seeds=[seed for seed in seeds if seed is not None])
+        return replace(self.sampling, seeds=cast(list[int], seeds))
 
     async def _one(self, prompt: str, seed: int | None) -> Completion | BaseException:
         try:
