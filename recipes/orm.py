@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from recipes.webrl import engine_options, launch_fabric, recipe_config
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
+from webrl.data.trajectory import write_trajectories
 from webrl.inference.engine import build_engine
 from webrl.metrics import agreement, success_by_site
 from webrl.modules.orm import orm_scorer
 from webrl.orm_data import format_counts
+from webrl.orm_threshold import ensure_orm_threshold
 from webrl.starting_models import ensure_orm, ensure_sft
 from webrl.training import DONE_MARKER
 from webrl.web_environment import WebEnvironment
@@ -41,6 +44,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         engine = build_engine(config.rollout.engine, sft, **engine_options(config))
         try:
             orm = ensure_orm(config, fabric, env, engine, sft, demos)
+            choice = ensure_orm_threshold(config, fabric, env, engine, sft, orm)
             if hasattr(engine, "wake_up"):
                 engine.wake_up()  # asleep while the ORM trained (engines.sleep)
             tasks = env.suite(config.env.test_split, config.env.test_tasks, config.seed)
@@ -52,15 +56,32 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length)
     label_with_orm(held_out, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
     results = {**agreement(held_out), **success_by_site(held_out, key="eval_reward")}
+    results["orm/threshold"] = config.reward.threshold
+    if choice is not None:
+        for trajectory in held_out:  # the same scores, judged at the calibrated threshold
+            if trajectory.orm_score is not None:
+                trajectory.orm_reward = float(trajectory.orm_score >= choice.threshold)
+        calibrated = {f"calibrated_{key}": value for key, value in agreement(held_out).items()}
+        results.update(calibrated, calibration=asdict(choice))
+    write_trajectories(out_dir / "orm_eval.jsonl", held_out)  # with each episode's P(YES)
     data = json.loads((orm / DONE_MARKER).read_text()).get("data", {}) if (orm / DONE_MARKER).exists() else {}
     write_json_atomic(out_dir / "orm_eval.json", {"orm": str(orm), "training_data": data, **results})
     print(f"ORM: {orm}")
     if data:
         print(f"trained on (evaluator labels, per source):\n{format_counts(data)}")
-    names = (("accuracy", "agreement"), ("precision", "precision"), ("recall", "recall"), ("AUROC", "auroc"))
-    figures = ", ".join(f"{name} {100 * results[f'orm/{key}']:.1f}%" for name, key in names if f"orm/{key}" in results)
-    print(f"on {len(held_out)} held-out SFT rollouts ({100 * results['success_rate']:.1f}% successful): {figures}")
+    rate = f"{100 * results['success_rate']:.1f}% successful"
+    at = f"at threshold {config.reward.threshold:g}"
+    print(f"on {len(held_out)} held-out SFT rollouts ({rate}), {at}: {figures(results)}")
+    if choice is not None:
+        print(f"at the calibrated threshold {choice.threshold:.3f}: {figures(results, 'calibrated_')}")
     return results
+
+
+def figures(results: dict, prefix: str = "") -> str:
+    """Accuracy, balanced accuracy, precision, recall and AUROC as percentages, those present."""
+    names = ("agreement", "balanced_accuracy", "precision", "recall", "auroc")
+    present = [name for name in names if f"{prefix}orm/{name}" in results]
+    return ", ".join(f"{name} {100 * results[f'{prefix}orm/{name}']:.1f}%" for name in present)
 
 
 if __name__ == "__main__":

@@ -112,6 +112,7 @@ def run(config: WebRLConfig) -> list[dict]:
     from webrl.distributed import launch_rank
     from webrl.inference.engine import build_engine
     from webrl.loop import PhaseLoop
+    from webrl.orm_threshold import ensure_orm_threshold
     from webrl.report import format_phase_table
     from webrl.starting_models import ensure_orm, ensure_sft
     from webrl.tracking import build_loggers
@@ -126,7 +127,11 @@ def run(config: WebRLConfig) -> list[dict]:
         has_engine = config.engines.engine_index(fabric.global_rank, config.fabric) is not None
         engine = build_engine(config.rollout.engine, sft, **engine_options(config)) if has_engine else None
         orm = ensure_orm(config, fabric, env, engine, sft, demos) if config.reward.orm_labels else None
-        loop = PhaseLoop(config, fabric, env, engine, sft_dir=sft, orm_dir=orm, demonstrations=demos)
+        choice = ensure_orm_threshold(config, fabric, env, engine, sft, orm) if orm is not None else None
+        threshold = choice.threshold if choice is not None else None
+        loop = PhaseLoop(
+            config, fabric, env, engine, sft_dir=sft, orm_dir=orm, demonstrations=demos, orm_threshold=threshold
+        )
         history = loop.run()
         if engine is not None:
             engine.close()

@@ -38,6 +38,7 @@ def test_accuracy_precision_recall_auroc_and_confusion_match_hand_counts():
             "orm/fn": 1.0,
             "orm/tn": 2.0,
             "orm/compared": 6.0,
+            "orm/balanced_accuracy": (2 / 3 + 2 / 3) / 2,  # recall on successes 2/3, on failures 2/3
             "orm/auroc": 7 / 9,
         }
     )
@@ -55,6 +56,7 @@ def test_degenerate_sets_give_zeros_and_no_auroc():
     only_failures = agreement([_judged("a", 0.2, 0.0), _judged("b", 0.4, 0.0)])
     assert only_failures["orm/agreement"] == 1.0 and only_failures["orm/precision"] == 0.0
     assert only_failures["orm/recall"] == 0.0 and "orm/auroc" not in only_failures
+    assert "orm/balanced_accuracy" not in only_failures  # one class: a recall of the other cannot be computed
     # Both outcomes, but one trajectory has a reward without a score (labelled before scores were kept).
     unscored = agreement([_judged("a", 0.9, 1.0), _judged("b", None, 0.0, reward=0.0)])
     assert unscored["orm/agreement"] == 1.0 and "orm/auroc" not in unscored

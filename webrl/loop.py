@@ -62,7 +62,8 @@ class PhaseLoop:
     """Runs (or resumes) the phases of one WebRL run in `config.output_dir`.
 
     `sft_dir` is the starting actor (the SFT checkpoint); `orm_dir` the ORM (None when
-    `reward.orm_labels` is off); `demonstrations` the SFT data, the replay buffer's first content.
+    `reward.orm_labels` is off); `demonstrations` the SFT data, the replay buffer's first content;
+    `orm_threshold` the ORM's calibrated threshold (`webrl.orm_threshold`; None: `reward.threshold`).
     """
 
     def __init__(
@@ -75,6 +76,7 @@ class PhaseLoop:
         sft_dir: Path,
         orm_dir: Path | None,
         demonstrations: list[Trajectory],
+        orm_threshold: float | None = None,
     ) -> None:
         self.config = config
         self.fabric = fabric
@@ -82,6 +84,7 @@ class PhaseLoop:
         self.engine = engine
         self.sft_dir = Path(sft_dir)
         self.orm_dir = orm_dir
+        self.orm_threshold = config.reward.threshold if orm_threshold is None else orm_threshold
         self.demonstrations = demonstrations
         self.layout = RunLayout(config.output_dir)
         self.state = RunState.load(self.layout.state_path)
@@ -181,8 +184,7 @@ class PhaseLoop:
                 if self.orm_dir is None:
                     raise ValueError("reward.orm_labels needs an ORM (model.orm, or let recipes.webrl train one)")
                 score, chat = orm_scorer(self.orm_dir, batch_size=8, max_length=self.config.model.max_length)
-                threshold = self.config.reward.threshold
-                label_with_orm(trajectories, score, chat_template_tokenizer=chat, threshold=threshold)
+                label_with_orm(trajectories, score, chat_template_tokenizer=chat, threshold=self.orm_threshold)
             for trajectory in trajectories:
                 source = trajectory.orm_reward if self.config.reward.source == "orm" else trajectory.eval_reward
                 trajectory.outcome = float(source or 0.0)

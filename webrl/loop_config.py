@@ -190,7 +190,11 @@ class RewardConfig:
     source: str = "orm"
     """orm (WebRL: the ORM labels every rollout) | evaluator (programmatic evaluators, where tasks have them)."""
     threshold: float = 0.5
-    """ORM P(YES) at or above which a trajectory counts as a success."""
+    """ORM P(YES) at or above which a trajectory counts as a success (replaced by the calibrated one, below)."""
+    calibration_tasks: int = 0
+    """Train tasks (outside the ORM's own rollouts) on which the SFT actor's rollouts choose the threshold that
+    maximises the ORM's balanced accuracy (`webrl.orm_threshold`); 0 keeps `threshold`. 0 by default: the embedded
+    default takes rewards from the evaluators, and its ORM's agreement is compared across runs at 0.5."""
     orm_labels: bool = True
     """Train (or reuse) the ORM and label every rollout with it. Required by source=orm; with source=evaluator the
     ORM's labels are only compared with the evaluators (`orm/agreement`) and scored for Filtered BC."""
@@ -198,6 +202,7 @@ class RewardConfig:
     def validate(self) -> None:
         one_of("reward.source", self.source, REWARD_SOURCES)
         within("reward.threshold", self.threshold, 0, 1)
+        at_least("reward.calibration_tasks", self.calibration_tasks, 0, "(0 = keep reward.threshold)")
         ok = self.source != "orm" or self.orm_labels
         require(ok, "reward.orm_labels", self.orm_labels, "must be true when reward.source=orm")
 

@@ -68,7 +68,8 @@ def agreement(trajectories: list[Trajectory]) -> dict[str, float]:
     """How the ORM's verdicts compare with the programmatic evaluator's, where a trajectory has both.
 
     The evaluator is the truth: `orm/agreement` (accuracy), precision, recall, the confusion matrix
-    (`orm/tp`, `orm/fp`, `orm/fn`, `orm/tn`) from the ORM's reward, and `orm/auroc` from its score P(YES),
+    (`orm/tp`, `orm/fp`, `orm/fn`, `orm/tn`) and balanced accuracy (where both outcomes occur) from the ORM's
+    reward, and `orm/auroc` from its score P(YES),
     which needs both outcomes among the compared and every one of them scored. torchmetrics computes them.
     """
     compared = [t for t in trajectories if t.orm_reward is not None and t.eval_reward is not None]
@@ -87,6 +88,8 @@ def agreement(trajectories: list[Trajectory]) -> dict[str, float]:
         "orm/tn": float(tn),
         "orm/compared": float(len(compared)),
     }
+    if tp + fn and tn + fp:  # mean recall of the two classes: what a constant verdict cannot game
+        out["orm/balanced_accuracy"] = (tp / (tp + fn) + tn / (tn + fp)) / 2
     scores = [t.orm_score for t in compared]
     if 0 < int(truth.sum()) < len(compared) and all(score is not None for score in scores):
         out["orm/auroc"] = binary_auroc(torch.tensor(scores, dtype=torch.float32), truth).item()

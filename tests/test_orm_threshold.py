@@ -1,0 +1,87 @@
+"""The ORM threshold chosen on calibration rollouts (`webrl.orm_threshold.best_threshold`) against hand counts."""
+
+from __future__ import annotations
+
+import pytest
+from lightning.fabric import Fabric
+
+from tests.test_orm_data import PatientEnvironment
+from webrl.config import load_config
+from webrl.data.trajectory import read_trajectories
+from webrl.inference.scripted import ScriptedEngine
+from webrl.loop_config import WebRLConfig
+from webrl.modules.model_factory import build_tiny_model
+from webrl.orm_threshold import SCORED_FILE, best_threshold, calibration_dir, ensure_orm_threshold, verdict_figures
+
+
+def test_the_threshold_that_separates_the_classes_is_chosen_midway_in_the_gap():
+    # Successes score 0.95 and 0.97, failures up to 0.9: only a threshold in (0.9, 0.95] separates them.
+    scores = [0.97, 0.95, 0.9, 0.8, 0.6, 0.2]
+    successes = [True, True, False, False, False, False]
+    choice = best_threshold(scores, successes)
+    assert choice.threshold == pytest.approx(0.925)
+    assert (choice.balanced_accuracy, choice.precision, choice.recall) == (1.0, 1.0, 1.0)
+    assert (choice.positives, choice.negatives) == (2, 4)
+    # At the paper's 0.5 the same ORM accepts 3 of 4 failures: balanced accuracy (1 + 1/4) / 2, precision 2/5.
+    assert verdict_figures(scores, successes, 0.5) == pytest.approx((0.625, 0.4, 1.0))
+
+
+def test_overlapping_classes_get_the_best_balanced_accuracy_and_ties_go_to_precision():
+    # Sorted: 0.9 S, 0.8 F, 0.7 S, 0.4 S, 0.3 F, 0.1 F. Candidates and (recall, specificity):
+    # 0.85 -> (1/3, 1) = 0.667; 0.75 -> (1/3, 2/3); 0.55 -> (2/3, 2/3); 0.35 -> (1, 2/3) = 0.833; 0.2 -> (1, 1/3).
+    scores = [0.9, 0.8, 0.7, 0.4, 0.3, 0.1]
+    successes = [True, False, True, True, False, False]
+    choice = best_threshold(scores, successes)
+    assert choice.threshold == pytest.approx(0.35)
+    assert choice.balanced_accuracy == pytest.approx(5 / 6)
+    assert choice.precision == pytest.approx(3 / 4)
+    # A tie in balanced accuracy: 0.85 gives (1/2, 1) and 0.55 gives (1, 1/2), both 0.75; 0.85 is the more precise.
+    tie = best_threshold([0.9, 0.8, 0.3, 0.1], [True, False, True, False])
+    assert tie.threshold == pytest.approx(0.85) and tie.precision == 1.0
+
+
+def test_calibration_rollouts_with_one_outcome_are_refused_naming_the_key():
+    with pytest.raises(ValueError, match=r"reward.calibration_tasks.*0 successes of 3"):
+        best_threshold([0.2, 0.5, 0.9], [False, False, False])
+
+
+def test_a_negative_calibration_size_is_refused_naming_the_key():
+    with pytest.raises(ValueError, match="reward.calibration_tasks"):
+        load_config(WebRLConfig, ["reward.calibration_tasks=-1"])
+
+
+@pytest.mark.timeout(900)
+def test_calibration_rolls_out_unseen_train_tasks_scores_them_and_is_reused(tmp_path):
+    # A real (untrained, tiny) ORM judges the noisy reference solver's episodes in real Chromium; what it
+    # scores is arbitrary, so the test checks the plumbing and the arithmetic on what was recorded.
+    corpus = ["Task: open the forum. Answer YES or NO.", "click [3] type [5] exit YES NO"] * 20
+    orm = build_tiny_model(tmp_path / "orm", corpus, vocab_size=300, hidden_size=64, num_layers=1, num_heads=1)
+    sft = tmp_path / "sft"
+    overrides = [
+        f"output_dir={tmp_path / 'run'}",
+        f"model.cache_dir={tmp_path / 'cache'}",
+        "env.max_steps=10",
+        "orm.rollout_tasks=560",  # 28 of the 588 train tasks are left for calibration
+        "reward.calibration_tasks=10",
+    ]
+    config = load_config(WebRLConfig, overrides)
+    fabric = Fabric(accelerator="cpu", devices=1)
+    with PatientEnvironment(config) as env:
+        seen = {t.task_id for t in env.suite("train", 560, config.seed + 1)}
+        solver = ScriptedEngine.noisy_embedded_sites(0.5, 0.5, seed=0)
+        choice = ensure_orm_threshold(config, fabric, env, solver, sft, orm)
+        target = calibration_dir(config, sft, orm)
+        scored = read_trajectories(target / SCORED_FILE)
+        assert len(scored) == 10 and not {t.task.task_id for t in scored} & seen
+        successes = [t.eval_reward >= 1.0 for t in scored]
+        assert (choice.positives, choice.negatives) == (sum(successes), 10 - sum(successes))
+        scores = [t.orm_score for t in scored]
+        assert verdict_figures(scores, successes, choice.threshold) == pytest.approx(
+            (choice.balanced_accuracy, choice.precision, choice.recall)
+        )
+        assert choice == best_threshold(scores, successes)
+        # Asking again reads the cached choice: with no engine at all, any rollout would fail.
+        assert ensure_orm_threshold(config, fabric, env, None, sft, orm) == choice
+        too_many = load_config(WebRLConfig, [*overrides, "reward.calibration_tasks=29"])
+        with pytest.raises(ValueError, match=r"reward.calibration_tasks=29: only 28 tasks .*\(orm.rollout_tasks\)"):
+            ensure_orm_threshold(too_many, fabric, env, solver, sft, orm)

@@ -1,0 +1,161 @@
+"""The ORM's verdict threshold, chosen on the SFT actor's rollouts of train tasks the ORM never rolled out.
+
+An ORM can rank trajectories well and still say YES to most failures at the paper's P(YES) ≥ 0.5: the
+SmolLM2 ORM had AUROC 0.90 and precision 0.67 on held-out rollouts at 0.5. Its training set is balanced
+across several policies, so nothing ties 0.5 to the policy it will judge. With
+`reward.calibration_tasks=N` the SFT actor is rolled out (at the rollout temperature) on N train-split
+tasks outside the ORM's own actor-rollout sample, the ORM scores them, and the threshold that
+maximises balanced accuracy against the evaluators' verdicts replaces `reward.threshold`. The choice
+never sees the held-out split. The episodes and the choice are cached under the model cache, keyed by
+the SFT actor, the ORM and every setting that shapes the rollouts, so a resumed or repeated run reuses
+them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from lightning.fabric import Fabric
+
+from webrl.data.atomic_io import write_json_atomic
+from webrl.data.labels import label_with_orm
+from webrl.data.trajectory import Task, is_success, write_trajectories
+from webrl.loop_config import WebRLConfig
+from webrl.web_environment import WebEnvironment
+
+CHOICE_FILE = "threshold.json"
+"""The chosen threshold and its figures, in the calibration's cache directory."""
+SCORED_FILE = "calibration_scored.jsonl"
+"""The judged calibration episodes with the ORM's P(YES), beside it: what the choice was made on."""
+
+
+@dataclass(frozen=True)
+class ThresholdChoice:
+    """A threshold and what it gives on the calibration rollouts (accept when P(YES) ≥ threshold)."""
+
+    threshold: float
+    """The chosen P(YES) threshold."""
+    balanced_accuracy: float
+    """Mean of recall on successes and on failures at the threshold."""
+    precision: float
+    """Share of accepted rollouts that succeeded (1.0 when none is accepted)."""
+    recall: float
+    """Share of successful rollouts accepted."""
+    positives: int
+    """Successful calibration rollouts (evaluator verdict)."""
+    negatives: int
+    """Failed calibration rollouts."""
+
+
+def verdict_figures(scores: list[float], successes: list[bool], threshold: float) -> tuple[float, float, float]:
+    """Balanced accuracy, precision and recall of `P(YES) ≥ threshold` against the true outcomes."""
+    accepted = [score >= threshold for score in scores]
+    tp = sum(a and s for a, s in zip(accepted, successes, strict=True))
+    fp = sum(a and not s for a, s in zip(accepted, successes, strict=True))
+    positives = sum(successes)
+    negatives = len(successes) - positives
+    recall = tp / positives
+    specificity = (negatives - fp) / negatives
+    precision = tp / (tp + fp) if tp + fp else 1.0
+    return (recall + specificity) / 2, precision, recall
+
+
+def best_threshold(scores: list[float], successes: list[bool], prior: float = 0.5) -> ThresholdChoice:
+    """The threshold with the highest balanced accuracy on (`scores`, `successes`).
+
+    Candidates are the midpoints between neighbouring distinct scores (and just outside their range), so
+    the threshold sits in the gap it was chosen for rather than on a score. Ties go to higher precision
+    (a false success teaches the actor a failure), then to the candidate nearest `prior`.
+    """
+    positives = sum(successes)
+    if not positives or positives == len(successes):
+        raise ValueError(
+            f"reward.calibration_tasks: the calibration rollouts have {positives} successes of {len(successes)}; "
+            "a threshold needs both outcomes, so roll out more tasks"
+        )
+    distinct = sorted(set(scores))
+    gaps = [(low + high) / 2 for low, high in zip(distinct, distinct[1:], strict=False)]
+    candidates = [distinct[0] - 1e-6, *gaps, distinct[-1] + 1e-6]
+    candidates = [min(max(c, 0.0), 1.0) for c in candidates]
+
+    def rank(threshold: float) -> tuple[float, float, float]:
+        balanced, precision, _ = verdict_figures(scores, successes, threshold)
+        return balanced, precision, -abs(threshold - prior)
+
+    threshold = max(candidates, key=rank)
+    balanced, precision, recall = verdict_figures(scores, successes, threshold)
+    return ThresholdChoice(threshold, balanced, precision, recall, positives, len(successes) - positives)
+
+
+def calibration_tasks(config: WebRLConfig, env: WebEnvironment) -> list[Task]:
+    """`reward.calibration_tasks` train-split tasks (seeded) outside the tasks the ORM's actor source rolled out."""
+    pool = env.suite(config.env.train_split, 0, config.seed)
+    if config.orm.data.actor_rollouts:
+        # The same draw as webrl.orm_data.ORMDataBuilder's actor source: those tasks' rollouts trained the ORM.
+        seen = {t.task_id for t in env.suite(config.env.train_split, config.orm.rollout_tasks, config.seed + 1)}
+        pool = [task for task in pool if task.task_id not in seen]
+    wanted = config.reward.calibration_tasks
+    if wanted > len(pool):
+        raise ValueError(
+            f"reward.calibration_tasks={wanted}: only {len(pool)} tasks of split {config.env.train_split!r} are "
+            f"outside the ORM's {config.orm.rollout_tasks} actor-rollout tasks (orm.rollout_tasks)"
+        )
+    return sorted(random.Random(config.seed + 4).sample(pool, wanted), key=lambda t: t.task_id)
+
+
+def calibration_dir(config: WebRLConfig, sft: Path, orm: Path) -> Path:
+    """Where the calibration's episodes and choice are cached: keyed by all that shapes them."""
+    from webrl.starting_models import cache_key
+
+    key = cache_key(
+        str(sft),
+        str(orm),
+        config.reward.calibration_tasks,
+        config.env,
+        config.orm.rollout_tasks,
+        config.orm.data.actor_rollouts,
+        config.rollout.temperature,
+        config.seed,
+    )
+    return Path(config.model.cache_dir) / f"orm-threshold-{key}"
+
+
+def ensure_orm_threshold(
+    config: WebRLConfig, fabric: Fabric, env: WebEnvironment, engine: Any, sft: Path, orm: Path
+) -> ThresholdChoice | None:
+    """The calibrated threshold (built once, then read from the cache); None when `reward.calibration_tasks` is 0.
+
+    Every rank takes its share of the rollouts; rank 0 scores them and writes the choice, which every
+    rank then reads.
+    """
+    if not config.reward.calibration_tasks:
+        return None
+    target = calibration_dir(config, sft, orm)
+    if not (target / CHOICE_FILE).exists():
+        from webrl.modules.orm import orm_scorer
+        from webrl.orm_data import ORMDataBuilder
+
+        tasks = calibration_tasks(config, env)
+        if hasattr(engine, "wake_up"):
+            engine.wake_up()  # asleep while the ORM trained (engines.sleep)
+        fabric.print(f"[orm] choosing the ORM threshold on the SFT actor's rollouts of {len(tasks)} train tasks")
+        rollouts = ORMDataBuilder(config, fabric, env, target).run("calibration", engine, tasks, evaluation=False)
+        if fabric.is_global_zero:
+            judged = [t for t in rollouts if t.eval_reward is not None and not t.infra_error]
+            score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length)
+            label_with_orm(judged, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
+            write_trajectories(target / SCORED_FILE, judged)
+            scores = [float(t.orm_score) for t in judged]
+            choice = best_threshold(scores, [is_success(t.eval_reward) for t in judged], config.reward.threshold)
+            write_json_atomic(target / CHOICE_FILE, asdict(choice))
+        fabric.barrier()
+    choice = ThresholdChoice(**json.loads((target / CHOICE_FILE).read_text()))
+    fabric.print(
+        f"[orm] threshold {choice.threshold:.3f} (calibration: {choice.positives} successes, {choice.negatives} "
+        f"failures; balanced accuracy {choice.balanced_accuracy:.3f}, precision {choice.precision:.3f})"
+    )
+    return choice
