@@ -27,6 +27,16 @@ def test_wilson_none_and_all_successes():
     assert 0.0 <= low and high <= 1.0
 
 
+def test_wilson_bounds_never_cross_the_rate_however_floats_round():
+    # 0 of 6 computed low = 2.8e-17 and 10 of 10 high = 1 - 1.1e-16: the default run's report then failed,
+    # because matplotlib refuses the negative error bars (rate - low, high - rate) this gave.
+    for n in range(1, 301):
+        for successes in range(n + 1):
+            low, high = wilson_interval(successes, n)
+            assert low <= successes / n <= high, (successes, n)
+    assert wilson_interval(0, 6)[0] == 0.0 and wilson_interval(10, 10)[1] == 1.0
+
+
 def test_wilson_without_trials_is_uninformative_and_bad_counts_are_errors():
     assert wilson_interval(0, 0) == (0.0, 1.0)
     with pytest.raises(ValueError, match="successes <= n"):

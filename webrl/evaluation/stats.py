@@ -30,7 +30,9 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
     shrink = 1 + z * z / n
     centre = (rate + z * z / (2 * n)) / shrink
     half_width = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / shrink
-    return max(0.0, centre - half_width), min(1.0, centre + half_width)
+    # At 0 or n successes the bound equals the rate exactly, but float rounding can put it 1e-17 past it
+    # (0 of 6: low = 2.8e-17), and a plot's error bar (rate - low) must not be negative.
+    return min(rate, max(0.0, centre - half_width)), max(rate, min(1.0, centre + half_width))
 
 
 def exact_mcnemar_p(only_a: int, only_b: int) -> float:
