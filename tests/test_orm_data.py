@@ -31,7 +31,7 @@ from webrl.orm_data import (
     truncated_responses,
     wrong_answer_responses,
 )
-from webrl.starting_models import orm_dir
+from webrl.starting_models import collect_demonstrations, orm_dir
 from webrl.web_environment import WebEnvironment
 
 pytestmark = pytest.mark.timeout(900)
@@ -199,3 +199,21 @@ def test_the_orm_cache_dir_changes_with_its_data_settings():
         key(actor_rollouts=False),
     ]
     assert len({plain, *changed}) == len(changed) + 1
+
+
+def test_cached_demonstrations_start_at_this_launchs_sites(env, tmp_path):
+    # Collected in one launch of the sites (module fixture `env`), read and replayed as hard negatives in
+    # another, whose server took another port: every variant must reach the sites and get a verdict.
+    path = tmp_path / "demos.jsonl"
+    first = collect_demonstrations(env, path, limit=3, concurrency=3, progress=False)
+    second_config = copy.deepcopy(env.config)
+    second_config.output_dir = str(tmp_path / "second")
+    with PatientEnvironment(second_config) as second:
+        assert second.url_map != env.url_map
+        cached = collect_demonstrations(second, path, limit=3, concurrency=3, progress=False)
+        assert [t.task.task_id for t in cached] == [t.task.task_id for t in first]
+        here = {t.task_id: t.start_url for t in second.suite(second_config.env.train_split, 0, second_config.seed)}
+        assert all(t.task.start_url == here[t.task.task_id] for t in cached)
+        builder = ORMDataBuilder(second_config, Fabric(accelerator="cpu", devices=1), second, tmp_path / "orm-data")
+        variants = builder.hard_negatives(cached)
+    assert variants and all(t.eval_reward is not None and not t.infra_error for t in variants)

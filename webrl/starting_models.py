@@ -83,6 +83,11 @@ def collect_demonstrations(
         write_trajectories(out_path, trajectories)
         write_text_atomic(done_marker, "")
     trajectories = read_trajectories(out_path)
+    # The file keeps the site URLs of the launch that collected it, and the embedded sites take a free port at
+    # each launch: a demonstration replayed later (the ORM's hard negatives) must start at this launch's sites.
+    here = {task.task_id: task for task in env.suite(env.config.env.train_split, 0, env.config.seed)}
+    for trajectory in trajectories:
+        trajectory.task = here.get(trajectory.task.task_id, trajectory.task)
     successes = [t for t in trajectories if is_full_score(t.eval_reward or 0.0)]
     if len(successes) < len(trajectories):
         failed = sorted({t.task.task_id for t in trajectories} - {t.task.task_id for t in successes})
