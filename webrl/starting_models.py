@@ -43,7 +43,7 @@ def cache_key(*parts: Any) -> str:
 
 
 def collect_demonstrations(
-    env: WebEnvironment,
+    env: WebEnvironment | None,
     out_path: Path,
     limit: int,
     concurrency: int,
@@ -85,9 +85,11 @@ def collect_demonstrations(
     trajectories = read_trajectories(out_path)
     # The file keeps the site URLs of the launch that collected it, and the embedded sites take a free port at
     # each launch: a demonstration replayed later (the ORM's hard negatives) must start at this launch's sites.
-    here = {task.task_id: task for task in env.suite(env.config.env.train_split, 0, env.config.seed)}
-    for trajectory in trajectories:
-        trajectory.task = here.get(trajectory.task.task_id, trajectory.task)
+    # (None reads a finished file as it was stored.)
+    if env is not None:
+        here = {task.task_id: task for task in env.suite(env.config.env.train_split, 0, env.config.seed)}
+        for trajectory in trajectories:
+            trajectory.task = here.get(trajectory.task.task_id, trajectory.task)
     successes = [t for t in trajectories if is_full_score(t.eval_reward or 0.0)]
     if len(successes) < len(trajectories):
         failed = sorted({t.task.task_id for t in trajectories} - {t.task.task_id for t in successes})
