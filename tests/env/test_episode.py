@@ -271,3 +271,17 @@ def test_outside_origins_pattern():
     for blocked in ("http://127.0.0.1:80001/", "http://127.0.0.1:8001/x", "https://shop.local/", "http://evil.com/"):
         assert pattern.search(blocked), blocked
     assert outside_origins(set()).search("http://127.0.0.1:8000/")
+
+
+def test_an_episode_opens_a_menu_that_only_script_listens_for(run, pool, backend):
+    # js_hover.html's "Shop" menu opens on addEventListener("mouseenter"): the episode's context records it.
+    async def scenario():
+        async with pool.episode(page_task("js_hover.html"), backend, FAST) as ep:
+            obs = await ep.reset()
+            assert "Chairs" not in obs.html
+            shop = element_id(obs.html, "Shop")
+            result = await ep.step(f'do(action="Hover", element="{shop}")')
+            return result.error, result.observation.html
+
+    error, html = run(scenario())
+    assert error is None and "Chairs" in html

@@ -14,6 +14,7 @@ from env_helpers import element_id
 from webrl.env.actions import parse_action
 from webrl.env.executor import execute_action
 from webrl.env.observation import ABOVE_MARK, ObservationConfig, observe
+from webrl.env.observation_script import HOVER_LISTENERS_JS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -174,3 +175,53 @@ def test_a_short_page_scrolled_still_shows_all_of_it_from_the_viewport(run, page
     whole = run(observe(page)).html
     assert "<h1> Fidelity </h1>" in whole and "Bottom button" in whole
     assert run(observe(page, ObservationConfig(region="from_viewport"))).html == whole
+
+
+@pytest.fixture
+def script_hover_page(run, pool, pages):
+    """A page whose menus open only through script, in a context with the episode's hover-listener init script."""
+
+    async def open_page():
+        context = await (await pool.browser()).new_context(viewport={"width": 1280, "height": 720})
+        await context.add_init_script(HOVER_LISTENERS_JS)
+        page = await context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        await page.goto(f"{pages.url}/js_hover.html")
+        return context, page, errors
+
+    context, page, errors = run(open_page())
+    yield page, errors
+    run(context.close())
+
+
+def test_menus_opened_by_script_listeners_get_ids_and_open_on_hover(run, script_hover_page):
+    page, errors = script_hover_page
+    html = run(observe(page)).html
+    shop = element_id(html, "Shop")  # addEventListener("mouseenter")
+    element_id(html, "Help")  # the onmouseover property, set from script
+    assert "Chairs" not in html and "FAQ" not in html
+    for text in ("Clicks only", "Plain words"):  # a click listener alone makes no hover target
+        assert text in html and not re.search(rf'id="\d+">\s*{text}', html)
+    assert run(execute_action(page, parse_action(f'do(action="Hover", element="{shop}")'))) is None
+    opened = run(observe(page)).html
+    chairs = element_id(opened, "Chairs")
+    assert run(execute_action(page, parse_action(f'do(action="Click", element="{chairs}")'))) is None
+    assert run(page.evaluate("() => document.getElementById('log').textContent")) == "chairs"
+    help_ = element_id(opened, "Help")  # ids are stamped afresh by each observation
+    assert run(execute_action(page, parse_action(f'do(action="Hover", element="{help_}")'))) is None
+    assert "FAQ" in run(observe(page)).html
+    assert errors == []  # the listener on an element removed at once broke nothing
+
+
+def test_without_the_init_script_a_script_menu_has_no_id(run, pool, pages):
+    async def observe_bare():
+        context = await (await pool.browser()).new_context()
+        page = await context.new_page()
+        await page.goto(f"{pages.url}/js_hover.html")
+        html = (await observe(page)).html
+        await context.close()
+        return html
+
+    html = run(observe_bare())
+    assert not re.search(r'id="\d+">\s*Shop', html)  # what the episode's init script is for

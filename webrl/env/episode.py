@@ -32,6 +32,7 @@ from webrl.env.evaluators import EvalResult
 from webrl.env.executor import NAVIGATION_FLAG_JS, NO_EARLIER_PAGE, PageGoneError, execute_action
 from webrl.env.limits import EpisodeLimits, LimitTracker
 from webrl.env.observation import Observation, ObservationConfig, observe
+from webrl.env.observation_script import HOVER_LISTENERS_JS
 from webrl.env.site_guard import SiteGuard
 
 # Errors that mean "the browser side failed", as opposed to bugs in webrl or a backend.
@@ -106,7 +107,7 @@ class Episode:
             raise RuntimeError(f"episode for task {self.task.task_id} was already reset")
         self._tracker.start()
         try:
-            await self.context.add_init_script(NAVIGATION_FLAG_JS)
+            await self.context.add_init_script(NAVIGATION_FLAG_JS + HOVER_LISTENERS_JS)
             await self.guard.install(self.context)
             await self.backend.setup_context(self.context, self.task)
             self.page = await self.context.new_page()

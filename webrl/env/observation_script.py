@@ -9,10 +9,11 @@ DOM always gets the same ids. Stale stamps from an earlier observation are remov
 Rendering rules (why each exists):
 - Interactive elements (native controls, ARIA widget roles, inline onclick, contenteditable,
   elements whose computed cursor becomes `pointer`, which is how sites mark JS-handled clickables,
-  and hover targets: inline onmouseover/onmouseenter, or a CSS `:hover` rule that shows another
-  element, which is how menus open) get an id; nothing else does, so every id the model sees is
-  something it can act on. An element whose centre is covered by another (an overlay, a cookie
-  banner) gets no id: a click would land on the cover, so the cover is what to act on.
+  and hover targets: inline onmouseover/onmouseenter, a hover listener added by script (recorded by
+  `HOVER_LISTENERS_JS`), or a CSS `:hover` rule that shows another element, which is how menus open)
+  get an id; nothing else does, so every id the model sees is something it can act on. An element
+  whose centre is covered by another (an overlay, a cookie banner) gets no id: a click would land on
+  the cover, so the cover is what to act on.
 - Wrappers without text or kept attributes (div, span, section, ...) are unwrapped: they cost
   tokens and carry no information. Headings, paragraphs, list items, table rows and cells keep
   their tag because the structure helps the model read lists and tables.
@@ -136,6 +137,7 @@ OBSERVE_JS = r"""
     if (role && INTERACTIVE_ROLES.has(role)) return true;
     if (el.hasAttribute("onclick") || el.isContentEditable && !el.parentElement?.isContentEditable) return true;
     if (el.hasAttribute("onmouseover") || el.hasAttribute("onmouseenter")) return true;
+    if (window.__webrlHoverTargets?.has(el)) return true;
     if (revealsOnHover && el.matches(revealsOnHover)) return true;
     return style.cursor === "pointer" && !parentPointer;
   };
@@ -288,3 +290,34 @@ OBSERVE_JS = r"""
   return { html, url: window.location.href, title: document.title, count: nextId, above: dropAbove, tail };
 }
 """
+
+HOVER_LISTENERS_JS = r"""
+(() => {
+  // Menus opened by script: el.addEventListener("mouseenter", ...) or el.onmouseover = fn leave no trace in
+  // the DOM, so the observation could not give them an id. Wrap both ways in, before any page script runs,
+  // and keep the elements in a WeakSet (nothing is written into the page, and removed elements are freed).
+  const HOVER_EVENTS = new Set(["mouseenter", "mouseover", "pointerenter", "pointerover"]);
+  const targets = new WeakSet();
+  Object.defineProperty(window, "__webrlHoverTargets", { value: targets });
+  const addListener = EventTarget.prototype.addEventListener;
+  EventTarget.prototype.addEventListener = function (type, listener, options) {
+    if (listener && HOVER_EVENTS.has(type) && this instanceof Element) targets.add(this);
+    return addListener.call(this, type, listener, options);
+  };
+  for (const type of HOVER_EVENTS) {
+    const property = Object.getOwnPropertyDescriptor(HTMLElement.prototype, `on${type}`);
+    if (!property || !property.set) continue;
+    Object.defineProperty(HTMLElement.prototype, `on${type}`, {
+      ...property,
+      set(handler) {
+        if (handler) targets.add(this);
+        property.set.call(this, handler);
+      },
+    });
+  }
+})();
+"""
+"""Init script (every document of an episode's context): records the elements that get a hover listener from script.
+
+A listener removed later keeps its element marked: an id on an element whose hover does nothing costs a
+token, a menu without one can never be opened."""
