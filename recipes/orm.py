@@ -24,7 +24,7 @@ from pathlib import Path
 from recipes.webrl import engine_options, launch_fabric, recipe_config
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
-from webrl.data.trajectory import write_trajectories
+from webrl.data.trajectory import orm_accepts, write_trajectories
 from webrl.inference.engine import build_engine
 from webrl.metrics import agreement, success_by_site
 from webrl.modules.orm import orm_scorer
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if choice is not None:
         for trajectory in held_out:  # the same scores, judged at the calibrated threshold
             if trajectory.orm_score is not None:
-                trajectory.orm_reward = float(trajectory.orm_score >= choice.threshold)
+                trajectory.orm_reward = float(orm_accepts(trajectory.orm_score, choice.threshold))
         calibrated = {f"calibrated_{key}": value for key, value in agreement(held_out).items()}
         results.update(calibrated, calibration=asdict(choice))
     write_trajectories(out_dir / "orm_eval.jsonl", held_out)  # with each episode's P(YES)

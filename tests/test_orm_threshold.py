@@ -11,6 +11,7 @@ from webrl.data.trajectory import read_trajectories
 from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import WebRLConfig
 from webrl.modules.model_factory import build_tiny_model
+from webrl.orm_data import actor_rollout_tasks
 from webrl.orm_threshold import SCORED_FILE, best_threshold, calibration_dir, ensure_orm_threshold, verdict_figures
 
 
@@ -67,7 +68,7 @@ def test_calibration_rolls_out_unseen_train_tasks_scores_them_and_is_reused(tmp_
     config = load_config(WebRLConfig, overrides)
     fabric = Fabric(accelerator="cpu", devices=1)
     with PatientEnvironment(config) as env:
-        seen = {t.task_id for t in env.suite("train", 560, config.seed + 1)}
+        seen = {t.task_id for t in actor_rollout_tasks(config, env)}
         solver = ScriptedEngine.noisy_embedded_sites(0.5, 0.5, seed=0)
         choice = ensure_orm_threshold(config, fabric, env, solver, sft, orm)
         target = calibration_dir(config, sft, orm)

@@ -133,6 +133,11 @@ def format_counts(counts: dict[str, dict[str, int]]) -> str:
     return "\n".join(lines)
 
 
+def actor_rollout_tasks(config: WebRLConfig, env: WebEnvironment) -> list[Task]:
+    """The train tasks the `actor` source rolls the SFT actor out on (`orm.rollout_tasks`, a seeded sample)."""
+    return env.suite(config.env.train_split, config.orm.rollout_tasks, config.seed + 1)
+
+
 class ORMDataBuilder:
     """Runs each source of `config.orm.data` through the episode driver into `data_dir`, then balances them.
 
@@ -159,8 +164,7 @@ class ORMDataBuilder:
         # A rank that `engines.placement` gives no engine still joins the episodes' gather, with no tasks.
         engineless = self.config.engines.engine_index(self.fabric.global_rank, self.config.fabric) is None
         if data.actor_rollouts and (actor is not None or engineless):
-            tasks = self.env.suite(self.config.env.train_split, self.config.orm.rollout_tasks, seed + 1)
-            made += self.run("actor", actor, tasks, evaluation=False)
+            made += self.run("actor", actor, actor_rollout_tasks(self.config, self.env), evaluation=False)
         if data.demonstrations:
             made += _tagged(demonstrations, "demonstrations")
         solver_noise = data.solver_noise if self.config.env.suite == "embedded" else []

@@ -25,6 +25,7 @@ from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
 from webrl.data.trajectory import Task, is_success, write_trajectories
 from webrl.loop_config import WebRLConfig
+from webrl.orm_data import ORMDataBuilder, actor_rollout_tasks
 from webrl.web_environment import WebEnvironment
 
 CHOICE_FILE = "threshold.json"
@@ -94,9 +95,8 @@ def best_threshold(scores: list[float], successes: list[bool], prior: float = 0.
 def calibration_tasks(config: WebRLConfig, env: WebEnvironment) -> list[Task]:
     """`reward.calibration_tasks` train-split tasks (seeded) outside the tasks the ORM's actor source rolled out."""
     pool = env.suite(config.env.train_split, 0, config.seed)
-    if config.orm.data.actor_rollouts:
-        # The same draw as webrl.orm_data.ORMDataBuilder's actor source: those tasks' rollouts trained the ORM.
-        seen = {t.task_id for t in env.suite(config.env.train_split, config.orm.rollout_tasks, config.seed + 1)}
+    if config.orm.data.actor_rollouts:  # those tasks' rollouts trained the ORM
+        seen = {task.task_id for task in actor_rollout_tasks(config, env)}
         pool = [task for task in pool if task.task_id not in seen]
     wanted = config.reward.calibration_tasks
     if wanted > len(pool):
@@ -137,7 +137,6 @@ def ensure_orm_threshold(
     target = calibration_dir(config, sft, orm)
     if not (target / CHOICE_FILE).exists():
         from webrl.modules.orm import orm_scorer
-        from webrl.orm_data import ORMDataBuilder
 
         tasks = calibration_tasks(config, env)
         if hasattr(engine, "wake_up"):
