@@ -181,7 +181,7 @@ def save_model_dir(
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA: merged into base names
-        base.save_pretrained(tmp, state_dict=state)
+        base.save_pretrained(tmp, state_dict=dict(state))  # a copy: it deletes a tied weight's second name in place
         tokenizer.save_pretrained(tmp)
         publish_model_dir(tmp, target, info)
     fabric.barrier()

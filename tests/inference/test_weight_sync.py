@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -149,6 +150,35 @@ def test_the_loop_pushes_a_trained_actor_in_memory_only_when_told_and_only_once(
     resumed = _phase_loop(tmp_path, _LocalModel(tmp_path / "sft"), f"engines.weight_sync={weight_sync}")
     resumed._sync_engine(actor)
     assert (resumed.engine.reloads, resumed.engine.pushes) == ([actor], [])
+
+
+def test_one_process_serves_the_same_weights_after_a_push_as_after_a_reload_of_the_saved_actor(
+    tiny_model_dir, prompts, tmp_path
+) -> None:
+    # The tiny model ties its embeddings: saving must leave the weights to push whole (save_pretrained drops a tied
+    # weight's second name from the dict it is given), or the hf engine's strict load refuses them.
+    from webrl.training import save_model_dir
+
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    _train_a_little(model, tokenizer)
+    state = full_state_dict(model)
+    names = set(state)
+    assert "lm_head.weight" in names
+    loop = _phase_loop(tmp_path, HFEngine(tiny_model_dir), "engines.weight_sync=memory")
+    one_process = SimpleNamespace(is_global_zero=True, barrier=lambda: None)
+    actor = save_model_dir(one_process, model, tokenizer, loop.layout.actor_dir(1), {}, state=state)
+    assert set(state) == names
+    loop._keep_for_sync(actor, state)
+    loop._sync_engine(actor)
+    assert loop.engine.model_path == actor
+    pushed = {name: tensor.clone() for name, tensor in loop.engine.model.state_dict().items()}
+    reloaded = HFEngine(actor)
+    assert pushed.keys() == reloaded.model.state_dict().keys() == names
+    assert all(torch.equal(pushed[name], reloaded.model.state_dict()[name]) for name in names)
+    assert all(torch.equal(pushed[name], state[name]) for name in names)
+    assert [c.token_ids for c in loop.engine.generate(prompts, GREEDY)] == [
+        c.token_ids for c in reloaded.generate(prompts, GREEDY)
+    ]
 
 
 def test_the_loop_names_the_engine_setting_when_the_engine_cannot_reload(tmp_path) -> None:
