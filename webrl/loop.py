@@ -17,6 +17,9 @@ atomic write, for the crash tests (`webrl.data.atomic_io`). Rollouts are sharded
 across engines (`webrl.engine_placement`: by default each rank runs its own browser and engine on its
 share of the tasks and writes its own file); every collective (training, weight gathering) runs on all
 ranks. A vLLM engine with `engines.sleep` sleeps through the stages that load models of their own.
+The trained actor reaches the engines through its saved directory, or with `engines.weight_sync` in
+memory: the tensors the actor stage saved are broadcast from rank 0 and pushed into every engine at
+the sync stage; a process that did not train them (a resumed run) reloads the directory instead.
 
 The loop says what runs when and from which checkpoint; the work lives beside it: the curriculum's
 proposals in `webrl.curriculum.phase`, the replay scoring and critic/actor training in
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -43,6 +47,7 @@ from webrl.data.steps import StepSample, write_samples
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.inference.engine import InferenceEngine, ReloadableEngine
 from webrl.inference.rollout_metrics import rollout_counts
+from webrl.inference.weight_sync import broadcast_state
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, errored, infra_errors, success_by_site
 from webrl.modules.orm import orm_scorer
@@ -88,6 +93,8 @@ class PhaseLoop:
         self.demonstrations = demonstrations
         self.layout = RunLayout(config.output_dir)
         self.state = RunState.load(self.layout.state_path)
+        self.fresh_actor: tuple[Path, dict[str, Any]] | None = None
+        """The actor this process just trained, for an in-memory sync: its directory and its weights (rank 0's)."""
         self.stages: tuple[tuple[str, Callable[[int], dict[str, float]]], ...] = (
             ("curriculum", self._curriculum),
             ("rollouts", self._rollouts),
@@ -232,7 +239,7 @@ class PhaseLoop:
     def _actor(self, phase: int) -> dict[str, float]:
         if phase == 0:
             return {}
-        return train_actor(
+        metrics, weights = train_actor(
             self.fabric,
             self.config,
             self.layout,
@@ -241,11 +248,14 @@ class PhaseLoop:
             sft_dir=self.sft_dir,
             critic_path=self.critic_path(phase),
         )
+        self._keep_for_sync(self.layout.actor_dir(phase), weights)
+        return metrics
 
     def _sync(self, phase: int) -> dict[str, float]:
         started = time.perf_counter()
+        in_memory = self.fresh_actor is not None
         self._sync_engine(self.actor_dir(phase + 1))
-        return {"sync/seconds": time.perf_counter() - started}
+        return {"sync/seconds": time.perf_counter() - started, "sync/in_memory": float(in_memory)}
 
     def _evaluate(self, phase: int) -> dict[str, float]:
         tasks = self.env.suite(self.config.env.test_split, self.config.env.test_tasks, self.config.seed)
@@ -289,16 +299,31 @@ class PhaseLoop:
             self.engine.sleep()
 
     def _sync_engine(self, actor_dir: Path) -> None:
-        """Point the engine at `actor_dir` unless it already serves it (a reload costs seconds)."""
-        if self.engine is None:
-            return
-        if not isinstance(self.engine, ReloadableEngine):
+        """Point the engine at `actor_dir` unless it already serves it (a reload costs seconds).
+
+        When this process just trained that actor for an in-memory sync, every rank joins the broadcast
+        of its weights (a collective) and each engine takes them as they arrive; otherwise the engine
+        reloads the directory.
+        """
+        if self.engine is not None and not isinstance(self.engine, ReloadableEngine):
             raise ValueError(
                 f"rollout.engine={self.config.rollout.engine} cannot load new actor weights: use hf or vllm for WebRL "
                 "rollouts (an OpenAI-compatible server fits model.generator or evaluation)"
             )
-        if Path(self.engine.model_path) != actor_dir:
+        fresh, self.fresh_actor = self.fresh_actor, None
+        if fresh is not None and fresh[0] == actor_dir:
+            weights = broadcast_state(fresh[1])
+            if self.engine is not None:
+                self.engine.push_weights(weights, model_path=actor_dir)
+            deque(weights, maxlen=0)  # the tensors no engine here took: the broadcast ends on every rank alike
+            return
+        if self.engine is not None and Path(self.engine.model_path) != actor_dir:
             self.engine.reload(actor_dir)
+
+    def _keep_for_sync(self, actor_dir: Path, weights: dict[str, Any]) -> None:
+        """Hold the weights just saved at `actor_dir` for the sync stage when they reach the engines in memory."""
+        if self.config.engines.syncs_in_memory(self.config.rollout.engine, self.config.fabric):
+            self.fresh_actor = (actor_dir, weights)
 
     def _finish_stage(self, phase: int, stage: str, metrics: dict[str, float]) -> None:
         """Save the stage's metrics and mark it done (`webrl.phase_record`); every rank then holds the new state."""

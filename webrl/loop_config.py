@@ -386,6 +386,7 @@ class WebRLConfig:
         for section in (self.replay, self.curriculum, self.fabric, self.engines, self.tracking):
             section.validate()
         self.resume.validate(flatten(dataclasses.asdict(self)))
+        self.engines.validate_engine(self.rollout.engine)
         if self.rollout.max_tokens >= self.model.max_length:
             raise invalid(
                 "rollout.max_tokens",

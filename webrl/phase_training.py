@@ -136,9 +136,9 @@ def train_actor(
     actor_dir: Path,
     sft_dir: Path,
     critic_path: Path | None,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """Train phase `phase`'s actor from the one at `actor_dir`, on advantages from the critic at `critic_path`,
-    and save it as an HF model directory; returns its metrics."""
+    and save it as an HF model directory; returns its metrics and the weights saved (on rank 0; {} elsewhere)."""
     settings = config.actor.train
     model, tokenizer = load_actor_model(actor_dir)
     actor = ActorModule(
@@ -168,8 +168,9 @@ def train_actor(
         name="actor",
         step_offset=phase * PHASE_STEPS + PHASE_STEPS // 2,
     )
-    save_model_dir(fabric, actor.model, tokenizer, layout.actor_dir(phase), {"metrics": metrics})
-    return metrics
+    state = full_state_dict(actor.model)  # a collective under sharding: every rank calls it
+    save_model_dir(fabric, actor.model, tokenizer, layout.actor_dir(phase), {"metrics": metrics}, state=state)
+    return metrics, state
 
 
 def score_advantages(

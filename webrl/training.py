@@ -158,21 +158,30 @@ def publish_model_dir(tmp: Path, target: Path, info: dict[str, Any]) -> Path:
     return publish_dir(tmp, target)
 
 
-def save_model_dir(fabric: Fabric, model: Any, tokenizer: Any, target: Path, info: dict[str, Any]) -> Path:
+def save_model_dir(
+    fabric: Fabric,
+    model: Any,
+    tokenizer: Any,
+    target: Path,
+    info: dict[str, Any],
+    state: dict[str, Any] | None = None,
+) -> Path:
     """Write `model` as an HF model directory at `target`, atomically, under any strategy.
 
     The full weights are gathered first, a collective under FSDP/FSDP2 that every rank joins; a
     rank-0-only `save_pretrained` of sharded weights would start a gather the other ranks never
-    join and pair it with their next barrier instead.
+    join and pair it with their next barrier instead. A caller that keeps the weights (to push them
+    into an engine) gathers them itself and passes that `full_state_dict(model)` as `state`.
     """
     from webrl.inference.weight_sync import full_state_dict
 
-    state = full_state_dict(model)
+    if state is None:
+        state = full_state_dict(model)
     if fabric.is_global_zero:
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA: merged into base names
-        base.save_pretrained(tmp, state_dict=state)
+        base.save_pretrained(tmp, state_dict=dict(state))  # a copy: it deletes a tied weight's second name in place
         tokenizer.save_pretrained(tmp)
         publish_model_dir(tmp, target, info)
     fabric.barrier()

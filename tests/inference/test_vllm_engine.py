@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from webrl.inference.engine import ReloadableEngine, SamplingParams
 from webrl.inference.hf import HFEngine
@@ -147,5 +149,56 @@ def test_reload_and_push_make_the_engine_decode_like_the_trained_model(
             assert _greedy_ids(engine, prompts) != expected, "training did not change the greedy output"
             sync()
             assert _greedy_ids(engine, prompts) == expected, f"{name} did not take effect"
+    finally:
+        engine.reload(tiny_model_dir)
+
+
+def _served_weights(engine) -> dict[str, torch.Tensor]:
+    """The parameters inside the running vLLM model (vLLM's own fused layout), copied out of its worker."""
+
+    def copy_parameters(worker) -> dict[str, torch.Tensor]:
+        return {name: p.detach().clone() for name, p in worker.model_runner.get_model().named_parameters()}
+
+    return engine.llm.collective_rpc(copy_parameters)[0]
+
+
+def test_the_loop_pushes_a_trained_actor_in_memory_exactly_as_a_reload_of_its_directory_loads_it(
+    engine, tiny_model_dir, prompts, tmp_path
+) -> None:
+    # The phase loop's memory path (engines.weight_sync=memory): the actor stage leaves its saved directory and
+    # the weights it saved in `fresh_actor`; the sync pushes them. The disk path reloads the same directory.
+    from webrl.config import load_config
+    from webrl.loop import PhaseLoop
+    from webrl.loop_config import WebRLConfig
+    from webrl.training import save_model_dir
+
+    config = load_config(WebRLConfig, [f"output_dir={tmp_path / 'run'}", "engines.weight_sync=memory"])
+    loop = PhaseLoop(config, None, None, engine, sft_dir=tiny_model_dir, orm_dir=None, demonstrations=[])
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    _train_a_little(model, tokenizer, steps=3)
+    state = full_state_dict(model)
+    one_process = SimpleNamespace(is_global_zero=True, barrier=lambda: None)
+    actor_dir = save_model_dir(one_process, model, tokenizer, loop.layout.actor_dir(1), {}, state=state)
+    saved = load_file(actor_dir / "model.safetensors")
+    assert all(torch.equal(tensor, state[name]) for name, tensor in saved.items()), "pushed != saved"
+    before = _greedy_ids(engine, prompts)
+    try:
+        # With the saved weights moved away, a reload from the directory would fail: the sync must be in memory.
+        aside = (actor_dir / "model.safetensors").rename(tmp_path / "aside.safetensors")
+        loop.fresh_actor = (actor_dir, state)
+        loop._sync_engine(actor_dir)
+        assert engine.model_path == actor_dir and loop.fresh_actor is None
+        loop._sync_engine(actor_dir)  # the engine serves it already: not reloaded
+        aside.rename(actor_dir / "model.safetensors")
+        pushed, pushed_weights = _greedy_ids(engine, prompts), _served_weights(engine)
+        assert pushed != before, "training did not change the greedy output"
+        engine.reload(tiny_model_dir)
+        assert _greedy_ids(engine, prompts) == before
+        loop._sync_engine(actor_dir)  # nothing fresh in this process (as after a resume): the directory is reloaded
+        assert engine.model_path == actor_dir
+        assert _greedy_ids(engine, prompts) == pushed
+        reloaded_weights = _served_weights(engine)
+        assert pushed_weights.keys() == reloaded_weights.keys()
+        assert all(torch.equal(pushed_weights[name], reloaded_weights[name]) for name in pushed_weights)
     finally:
         engine.reload(tiny_model_dir)

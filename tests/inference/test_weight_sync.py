@@ -1,15 +1,18 @@
 """Weight sync without vLLM: HFEngine via a saved directory and in memory, LoRA folded into base weights
-exactly like peft's merge, a full state dict gathered from an FSDP2-sharded model on two gloo ranks, and the
-phase loop's refusal of an engine that cannot reload."""
+exactly like peft's merge, a full state dict gathered from an FSDP2-sharded model on two gloo ranks, the phase
+loop's choice between disk and memory (and its refusal of an engine that cannot reload), and its in-memory sync
+under real Fabric on two ranks that both hold an engine."""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -25,6 +28,7 @@ from webrl.modules.settings import LoraSettings
 
 GREEDY = SamplingParams(temperature=0, max_tokens=10)
 WORKER = Path(__file__).with_name("fsdp_worker.py")
+FABRIC_WORKER = Path(__file__).with_name("fabric_sync_worker.py")
 
 
 def _train_a_little(model, tokenizer, steps: int = 2) -> None:
@@ -98,16 +102,21 @@ class _Server:
 
 
 class _LocalModel(_Server):
-    """TEST DOUBLE of a reloadable engine: records each directory it is asked to load."""
+    """TEST DOUBLE of a reloadable engine: records each directory it is asked to load and each push."""
 
     def __init__(self, model_path: Path) -> None:
         self.model_path = model_path
         self.tokenizer = None
         self.reloads: list[Path] = []
+        self.pushes: list[tuple[Path, list[str]]] = []
 
     def reload(self, model_path: str | Path) -> None:
         self.model_path = Path(model_path)
         self.reloads.append(self.model_path)
+
+    def push_weights(self, named_tensors, model_path: str | Path | None = None) -> None:
+        self.model_path = Path(model_path)
+        self.pushes.append((self.model_path, [name for name, _ in named_tensors]))
 
 
 def _phase_loop(tmp_path: Path, engine, *overrides: str) -> PhaseLoop:
@@ -121,6 +130,55 @@ def test_the_loop_reloads_the_engine_only_when_the_actor_changed(tmp_path) -> No
     loop._sync_engine(tmp_path / "sft")
     loop._sync_engine(tmp_path / "phase_001" / "actor")
     assert engine.reloads == [tmp_path / "phase_001" / "actor"]
+
+
+@pytest.mark.parametrize(("weight_sync", "in_memory"), [("auto", False), ("disk", False), ("memory", True)])
+def test_the_loop_pushes_a_trained_actor_in_memory_only_when_told_and_only_once(
+    tmp_path, weight_sync, in_memory
+) -> None:
+    # On CPU with the hf engine `auto` means disk; the push happens at the first sync after training, and a
+    # process that did not train the actor (a resumed one) reloads its directory.
+    engine = _LocalModel(tmp_path / "sft")
+    loop = _phase_loop(tmp_path, engine, f"engines.weight_sync={weight_sync}")
+    actor = tmp_path / "run" / "phase_001" / "actor"
+    loop._keep_for_sync(actor, {"w": torch.ones(2), "b": torch.zeros(1)})
+    loop._sync_engine(actor)
+    loop._sync_engine(actor)
+    assert engine.model_path == actor
+    assert engine.pushes == ([(actor, ["w", "b"])] if in_memory else [])
+    assert engine.reloads == ([] if in_memory else [actor])
+    resumed = _phase_loop(tmp_path, _LocalModel(tmp_path / "sft"), f"engines.weight_sync={weight_sync}")
+    resumed._sync_engine(actor)
+    assert (resumed.engine.reloads, resumed.engine.pushes) == ([actor], [])
+
+
+def test_one_process_serves_the_same_weights_after_a_push_as_after_a_reload_of_the_saved_actor(
+    tiny_model_dir, prompts, tmp_path
+) -> None:
+    # The tiny model ties its embeddings: saving must leave the weights to push whole (save_pretrained drops a tied
+    # weight's second name from the dict it is given), or the hf engine's strict load refuses them.
+    from webrl.training import save_model_dir
+
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    _train_a_little(model, tokenizer)
+    state = full_state_dict(model)
+    names = set(state)
+    assert "lm_head.weight" in names
+    loop = _phase_loop(tmp_path, HFEngine(tiny_model_dir), "engines.weight_sync=memory")
+    one_process = SimpleNamespace(is_global_zero=True, barrier=lambda: None)
+    actor = save_model_dir(one_process, model, tokenizer, loop.layout.actor_dir(1), {}, state=state)
+    assert set(state) == names
+    loop._keep_for_sync(actor, state)
+    loop._sync_engine(actor)
+    assert loop.engine.model_path == actor
+    pushed = {name: tensor.clone() for name, tensor in loop.engine.model.state_dict().items()}
+    reloaded = HFEngine(actor)
+    assert pushed.keys() == reloaded.model.state_dict().keys() == names
+    assert all(torch.equal(pushed[name], reloaded.model.state_dict()[name]) for name in names)
+    assert all(torch.equal(pushed[name], state[name]) for name in names)
+    assert [c.token_ids for c in loop.engine.generate(prompts, GREEDY)] == [
+        c.token_ids for c in reloaded.generate(prompts, GREEDY)
+    ]
 
 
 def test_the_loop_names_the_engine_setting_when_the_engine_cannot_reload(tmp_path) -> None:
@@ -148,3 +206,27 @@ def test_fsdp2_sharded_model_is_gathered_and_synced(tiny_model_dir, tmp_path) ->
     assert result["max_logit_diff"] < 1e-4, "gathered weights do not reproduce the sharded model"
     assert result["changed"], "training did not change the greedy output"
     assert result["synced"], "the engine does not decode like the gathered model after sync"
+
+
+def test_two_ranks_with_an_engine_each_serve_rank_zeros_trained_weights_after_an_in_memory_sync(
+    tiny_model_dir, tmp_path
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(FABRIC_WORKER.parents[2]), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, str(FABRIC_WORKER), str(tiny_model_dir), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    trained = torch.load(tmp_path / "trained.pt", weights_only=True)
+    start = load_model_and_tokenizer(tiny_model_dir)[0].state_dict()
+    assert trained.keys() == start.keys()
+    assert any(not torch.equal(trained[name], start[name]) for name in start), "training changed no weight"
+    for rank in (0, 1):
+        served = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+        assert served["model_path"] == str(tmp_path / "run" / "phase_001" / "actor")
+        assert served["served"].keys() == trained.keys()
+        unequal = [name for name in trained if not torch.equal(served["served"][name], trained[name])]
+        assert unequal == [], f"rank {rank}'s engine differs from the trained weights in {unequal}"

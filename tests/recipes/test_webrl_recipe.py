@@ -48,6 +48,7 @@ def test_one_phase_end_to_end(tmp_path, model_cache, recipe_command, run_recipe)
     keys = ("critic/loss", "actor/loss", "test/success_rate", "train/success_rate", "replay/kept")
     for key in (*keys, "eval/errors", "rollout/errors"):
         assert key in phase_one, f"missing metric {key} in {sorted(phase_one)}"
+    assert phase_one["sync/in_memory"] == 0.0  # on CPU the engine reloads the saved actor (engines.weight_sync=auto)
     with layout.phases_csv.open() as handle:
         assert [row["phase"] for row in csv.DictReader(handle)] == ["0", "1"]
     assert list((run_dir / "metrics").glob("version_*/metrics.csv"))

@@ -3,7 +3,7 @@
 - `SamplingParams`, `Completion`, the `InferenceEngine` protocol, its `ReloadableEngine` refinement
   (hf, vllm) and `build_engine("hf" | "vllm" | "openai", ...)` (from `webrl.inference.engine`).
 - `HFEngine`, `VLLMEngine`, `OpenAIEngine`, and `ScriptedEngine` (a policy function as an engine).
-- `full_state_dict`: the trained weights, gathered and LoRA-merged.
+- `full_state_dict`: the trained weights, gathered and LoRA-merged; `broadcast_state`: rank 0's on every rank.
 - `collect_rollouts` (and `collect_rollouts_sync`): N concurrent episodes, one engine call per step.
 
 Only the protocol is imported here; the other names load on first use, so `import webrl.inference`
@@ -18,7 +18,7 @@ _EXPORTS = {
     "OpenAIEngine": "webrl.inference.openai",
     "VLLMEngine": "webrl.inference.vllm",
     "ScriptedEngine": "webrl.inference.scripted",
-    "full_state_dict": "webrl.inference.weight_sync",
+    **dict.fromkeys(("broadcast_state", "full_state_dict"), "webrl.inference.weight_sync"),
     **dict.fromkeys(("RolloutResult", "collect_rollouts", "collect_rollouts_sync"), "webrl.inference.rollout"),
 }
 
@@ -32,6 +32,7 @@ __all__ = [
     "SamplingParams",
     "ScriptedEngine",
     "VLLMEngine",
+    "broadcast_state",
     "build_engine",
     "collect_rollouts",
     "collect_rollouts_sync",

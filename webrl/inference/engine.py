@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -90,18 +90,21 @@ class InferenceEngine(Protocol):
 
 @runtime_checkable
 class ReloadableEngine(InferenceEngine, Protocol):
-    """An engine that serves a local model directory and can load a newer one in place (hf, vllm).
+    """An engine that serves a local model directory and can load newer weights in place (hf, vllm).
 
-    The phase loop needs this to roll out each phase's freshly trained actor: it reloads only when
-    `model_path` is not already the actor's directory, and formats prompts with `tokenizer`'s chat
-    template when the model has one. A server (`OpenAIEngine`) is not reloadable: its weights are
-    whatever the server loaded.
+    The phase loop needs this to roll out each phase's freshly trained actor: it loads new weights
+    only when `model_path` is not already the actor's directory, from that directory (`reload`) or
+    from the tensors it was saved from (`push_weights`, which records the directory as `model_path`),
+    and formats prompts with `tokenizer`'s chat template when the model has one. A server
+    (`OpenAIEngine`) is not reloadable: its weights are whatever the server loaded.
     """
 
     tokenizer: Any
     model_path: Path
 
     def reload(self, model_path: str | Path) -> None: ...
+
+    def push_weights(self, named_tensors: Iterable[tuple[str, Any]], model_path: str | Path | None = None) -> None: ...
 
 
 def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:

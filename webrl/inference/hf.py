@@ -10,7 +10,7 @@ off, text cut before the first stop string, EOS kept in `token_ids` but not in `
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,15 @@ class HFEngine:
         """Copy a full (unsharded) state dict with the model's own parameter names into the engine."""
         with torch.no_grad():
             self._require_model().load_state_dict(dict(state_dict), strict=True)
+
+    def push_weights(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], model_path: str | Path | None = None
+    ) -> None:
+        """`load_state_dict` of the `(name, tensor)` pairs; `model_path`, the directory they were saved to, is recorded
+        as the engine's `model_path` (what it now serves)."""
+        self.load_state_dict(dict(named_tensors))
+        if model_path is not None:
+            self.model_path = Path(model_path)
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         model = self._require_model()

@@ -141,11 +141,15 @@ class VLLMEngine:
         files = sorted(path.glob("*.safetensors"))
         if not files:
             raise FileNotFoundError(f"VLLMEngine.reload: no *.safetensors files in {path}")
-        self.push_weights(_stream_safetensors(files))
-        self.model_path = path
+        self.push_weights(_stream_safetensors(files), model_path=path)
 
-    def push_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def push_weights(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], model_path: str | Path | None = None
+    ) -> None:
         """Load `(name, tensor)` pairs in Hugging Face checkpoint naming straight into the running model.
+
+        `model_path`, when given, is the directory these weights were saved to: it becomes the
+        engine's `model_path`, so the phase loop does not load that directory again.
 
         In process the tensors stream through one by one, by reference; with worker processes they
         are collected and vLLM serialises them over its RPC channel. Measured with vLLM 0.32: when
@@ -159,6 +163,8 @@ class VLLMEngine:
         with torch_threads(self.num_threads):
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
+        if model_path is not None:
+            self.model_path = Path(model_path)
 
     def _ties_embeddings(self) -> bool:
         config = self.llm.llm_engine.model_config.hf_config

@@ -4,12 +4,16 @@
 checkpoint names: it unwraps Fabric/DDP wrappers, gathers FSDP/FSDP2-sharded parameters with
 `torch.distributed.checkpoint` (a collective: every rank calls it; only rank 0 gets the tensors),
 and folds LoRA adapters into their base weights (W + scaling · B A) without touching the trained
-model. The phase loop saves that state as a model directory and the engine reloads it
-(`ReloadableEngine.reload`); `VLLMEngine.push_weights` and `HFEngine.load_state_dict` take it in
-memory instead.
+model. The phase loop always saves that state as a model directory (checkpoints and resume read it);
+an engine then either reloads the directory (`ReloadableEngine.reload`) or, with
+`engines.weight_sync=memory`, takes the same tensors in memory (`ReloadableEngine.push_weights`):
+`broadcast_state` streams rank 0's tensors to every rank, one at a time, so a rank with an engine
+but no gathered state (any rank but 0) gets them too without ever holding a second full copy.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -40,6 +44,27 @@ def full_state_dict(model: nn.Module, merge_lora: bool = True) -> dict[str, torc
     if merge_lora and any(".lora_A." in name for name in state):
         state = _merge_lora(model, state)
     return state
+
+
+def broadcast_state(state: dict[str, torch.Tensor], src: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
+    """Rank `src`'s `(name, tensor)` pairs on every rank, in its order, one broadcast per tensor.
+
+    A collective: every rank must iterate it to the end (ranks other than `src` pass {} as `state`).
+    Rank `src` yields its own tensors (on the broadcast's device); the others get fresh ones. Under
+    NCCL the tensors travel on this rank's CUDA device, under gloo on CPU. Without an initialised
+    process group (one process) it yields `state` as it is.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        yield from state.items()
+        return
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    sender = dist.get_rank() == src
+    layout = [[(name, tensor.shape, tensor.dtype) for name, tensor in state.items()] if sender else None]
+    dist.broadcast_object_list(layout, src=src, device=device)
+    for name, shape, dtype in layout[0]:
+        tensor = state[name].to(device).contiguous() if sender else torch.empty(shape, dtype=dtype, device=device)
+        dist.broadcast(tensor, src=src)
+        yield name, tensor
 
 
 def _merge_lora(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
