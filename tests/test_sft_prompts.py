@@ -24,7 +24,6 @@ from webrl.config import load_config
 from webrl.data.datamodule import ReplayDataModule
 from webrl.data.trajectory import Trajectory
 from webrl.inference.engine import Completion, SamplingParams
-from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
 from webrl.starting_models import base_model_dir, ensure_demonstrations
 from webrl.web_environment import WebEnvironment
@@ -114,15 +113,12 @@ def test_sft_trains_on_the_prompt_the_actor_sees_in_rollouts(config_name, tmp_pa
         assert len({t.task.intent for t in demonstrations}) == TASKS
         sft = _sft_steps(config, tokenizer, demonstrations)
         engine = ReplayDemonstrations(demonstrations, tokenizer)
-        loop = PhaseLoop(config, None, env, engine, sft_dir=tmp_path, orm_dir=None, demonstrations=demonstrations)
         tasks = [t.task for t in demonstrations]
-        for name, builder in (("loop rollouts", loop._prompt_builder()), ("recipes.evaluate", None)):
-            rollouts, _ = env.run_episodes(
-                engine, tasks, tmp_path / f"{name}.jsonl", phase=0, evaluation=True, seed=0, prompt_builder=builder
-            )
-            assert [t.eval_reward for t in rollouts] == [1.0] * TASKS, f"{name}: the replay must reach the same pages"
-            seen = _rollout_steps(rollouts, tokenizer)
-            assert seen.keys() == sft.keys(), name
-            for key, (prompt, ids) in seen.items():
-                assert sft[key][0] == prompt, f"{config_name}, {name}: SFT prompt text differs at {key}"
-                assert sft[key][1] == ids, f"{config_name}, {name}: SFT prompt ids differ at {key}"
+        # The loop's rollouts and evaluation and recipes.evaluate all let run_episodes build the prompt.
+        rollouts, _ = env.run_episodes(engine, tasks, tmp_path / "rollouts.jsonl", phase=0, evaluation=True, seed=0)
+        assert [t.eval_reward for t in rollouts] == [1.0] * TASKS, "the replay must reach the same pages"
+        seen = _rollout_steps(rollouts, tokenizer)
+        assert seen.keys() == sft.keys()
+        for key, (prompt, ids) in seen.items():
+            assert sft[key][0] == prompt, f"{config_name}: SFT prompt text differs at {key}"
+            assert sft[key][1] == ids, f"{config_name}: SFT prompt ids differ at {key}"

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -41,13 +40,12 @@ from lightning.fabric import Fabric
 from webrl.curriculum.phase import generator_engine, propose_phase_tasks
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
-from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import ReplayBuffer
 from webrl.data.steps import StepSample, write_samples
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
-from webrl.inference.engine import InferenceEngine, ReloadableEngine
+from webrl.engine_link import EngineLink
+from webrl.inference.engine import InferenceEngine
 from webrl.inference.rollout_metrics import rollout_counts
-from webrl.inference.weight_sync import broadcast_state
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, errored, infra_errors, success_by_site
 from webrl.modules.orm import orm_scorer
@@ -93,8 +91,7 @@ class PhaseLoop:
         self.demonstrations = demonstrations
         self.layout = RunLayout(config.output_dir)
         self.state = RunState.load(self.layout.state_path)
-        self.fresh_actor: tuple[Path, dict[str, Any]] | None = None
-        """The actor this process just trained, for an in-memory sync: its directory and its weights (rank 0's)."""
+        self.engine_link = EngineLink(config, fabric, engine)
         self.stages: tuple[tuple[str, Callable[[int], dict[str, float]]], ...] = (
             ("curriculum", self._curriculum),
             ("rollouts", self._rollouts),
@@ -115,7 +112,7 @@ class PhaseLoop:
                 if self.state.is_done(phase, stage):
                     continue
                 seed_everything_for(self.config.seed, phase, stage)
-                self._engine_awake(stage in GENERATING_STAGES)
+                self.engine_link.set_awake(stage in GENERATING_STAGES)
                 self.fabric.print(f"[phase {phase}] {stage}")
                 started = time.perf_counter()
                 metrics = run_stage(phase) or {}
@@ -172,12 +169,10 @@ class PhaseLoop:
 
     def _rollouts(self, phase: int) -> dict[str, float]:
         tasks = self._shard(self.env.resolve(self.layout.tasks(phase)))
-        self._sync_engine(self.actor_dir(phase))
+        self.engine_link.serve(self.actor_dir(phase))
         out = self.layout.rollouts_path(phase, self.fabric.global_rank)
         seed = stage_seed(self.config.seed, phase, "rollouts") + self.fabric.global_rank
-        trajectories, metrics = self.env.run_episodes(
-            self.engine, tasks, out, phase=phase, evaluation=False, seed=seed, prompt_builder=self._prompt_builder()
-        )
+        trajectories, metrics = self.env.run_episodes(self.engine, tasks, out, phase=phase, evaluation=False, seed=seed)
         # Counts over every episode of the shard, those a crashed attempt had finished included.
         metrics = {**metrics, **rollout_counts(trajectories)}
         return {f"rollout/{k.split('/', 1)[-1]}": v for k, v in metrics.items()}
@@ -248,19 +243,19 @@ class PhaseLoop:
             sft_dir=self.sft_dir,
             critic_path=self.critic_path(phase),
         )
-        self._keep_for_sync(self.layout.actor_dir(phase), weights)
+        self.engine_link.keep_for_sync(self.layout.actor_dir(phase), weights)
         return metrics
 
     def _sync(self, phase: int) -> dict[str, float]:
         started = time.perf_counter()
-        in_memory = self.fresh_actor is not None
-        self._sync_engine(self.actor_dir(phase + 1))
+        in_memory = self.engine_link.fresh_actor is not None
+        self.engine_link.serve(self.actor_dir(phase + 1))
         return {"sync/seconds": time.perf_counter() - started, "sync/in_memory": float(in_memory)}
 
     def _evaluate(self, phase: int) -> dict[str, float]:
         tasks = self.env.suite(self.config.env.test_split, self.config.env.test_tasks, self.config.seed)
         shard = self._shard(tasks)
-        self._sync_engine(self.actor_dir(phase + 1))
+        self.engine_link.serve(self.actor_dir(phase + 1))
         out = self.layout.eval_path(phase, self.fabric.global_rank)
         self.env.run_episodes(
             self.engine,
@@ -269,7 +264,6 @@ class PhaseLoop:
             phase=phase,
             evaluation=True,
             seed=self.config.seed,
-            prompt_builder=self._prompt_builder(),
         )
         self.fabric.barrier()
         results = self.layout.evaluations(phase)
@@ -277,53 +271,9 @@ class PhaseLoop:
         return {**metrics, "eval/errors": errored(results), "eval/infra_errors": infra_errors(results)}
 
     # ---------------------------------------------------------------------------------------------- helpers
-    def _prompt_builder(self) -> Any:
-        if not isinstance(self.engine, ReloadableEngine) or not uses_chat_template(self.engine.tokenizer):
-            return None
-        tokenizer = self.engine.tokenizer
-        from webrl.data.prompts import actor_prompt_for_step
-
-        return lambda task, steps, html: actor_prompt_for_step(task, steps, html, chat_template_tokenizer=tokenizer)
-
     def _shard(self, tasks: list[Task]) -> list[Task]:
         """This rank's tasks: its engine's share (`engines.placement`), none on a rank without an engine."""
         return self.config.engines.shard(tasks, self.fabric.global_rank, self.config.fabric)
-
-    def _engine_awake(self, awake: bool) -> None:
-        """Wake a vLLM engine for a stage that generates, sleep it through one that loads models (`engines.sleep`)."""
-        if not self.config.engines.sleep or not hasattr(self.engine, "sleep"):
-            return
-        if awake:
-            self.engine.wake_up()
-        else:
-            self.engine.sleep()
-
-    def _sync_engine(self, actor_dir: Path) -> None:
-        """Point the engine at `actor_dir` unless it already serves it (a reload costs seconds).
-
-        When this process just trained that actor for an in-memory sync, every rank joins the broadcast
-        of its weights (a collective) and each engine takes them as they arrive; otherwise the engine
-        reloads the directory.
-        """
-        if self.engine is not None and not isinstance(self.engine, ReloadableEngine):
-            raise ValueError(
-                f"rollout.engine={self.config.rollout.engine} cannot load new actor weights: use hf or vllm for WebRL "
-                "rollouts (an OpenAI-compatible server fits model.generator or evaluation)"
-            )
-        fresh, self.fresh_actor = self.fresh_actor, None
-        if fresh is not None and fresh[0] == actor_dir:
-            weights = broadcast_state(fresh[1])
-            if self.engine is not None:
-                self.engine.push_weights(weights, model_path=actor_dir)
-            deque(weights, maxlen=0)  # the tensors no engine here took: the broadcast ends on every rank alike
-            return
-        if self.engine is not None and Path(self.engine.model_path) != actor_dir:
-            self.engine.reload(actor_dir)
-
-    def _keep_for_sync(self, actor_dir: Path, weights: dict[str, Any]) -> None:
-        """Hold the weights just saved at `actor_dir` for the sync stage when they reach the engines in memory."""
-        if self.config.engines.syncs_in_memory(self.config.rollout.engine, self.config.fabric):
-            self.fresh_actor = (actor_dir, weights)
 
     def _finish_stage(self, phase: int, stage: str, metrics: dict[str, float]) -> None:
         """Save the stage's metrics and mark it done (`webrl.phase_record`); every rank then holds the new state."""

@@ -49,12 +49,12 @@ def main(model_dir: str, out_dir: str) -> None:
         optimizer.zero_grad()
     state = full_state_dict(model)  # a collective: rank 1 gets {}
     actor_dir = save_model_dir(fabric, model, tokenizer, loop.layout.actor_dir(1), {}, state=state)
-    loop._keep_for_sync(actor_dir, state)
+    loop.engine_link.keep_for_sync(actor_dir, state)
     if fabric.is_global_zero:
         (actor_dir / "model.safetensors").rename(out / "aside.safetensors")
         torch.save(state, out / "trained.pt")
     fabric.barrier()
-    loop._sync_engine(loop.actor_dir(2))
+    loop.engine_link.serve(loop.actor_dir(2))
     served = {name: tensor.clone() for name, tensor in engine.model.state_dict().items()}
     torch.save({"served": served, "model_path": str(engine.model_path)}, out / f"rank{fabric.global_rank}.pt")
     fabric.barrier()

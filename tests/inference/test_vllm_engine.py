@@ -185,16 +185,16 @@ def test_the_loop_pushes_a_trained_actor_in_memory_exactly_as_a_reload_of_its_di
     try:
         # With the saved weights moved away, a reload from the directory would fail: the sync must be in memory.
         aside = (actor_dir / "model.safetensors").rename(tmp_path / "aside.safetensors")
-        loop.fresh_actor = (actor_dir, state)
-        loop._sync_engine(actor_dir)
-        assert engine.model_path == actor_dir and loop.fresh_actor is None
-        loop._sync_engine(actor_dir)  # the engine serves it already: not reloaded
+        loop.engine_link.fresh_actor = (actor_dir, state)
+        loop.engine_link.serve(actor_dir)
+        assert engine.model_path == actor_dir and loop.engine_link.fresh_actor is None
+        loop.engine_link.serve(actor_dir)  # the engine serves it already: not reloaded
         aside.rename(actor_dir / "model.safetensors")
         pushed, pushed_weights = _greedy_ids(engine, prompts), _served_weights(engine)
         assert pushed != before, "training did not change the greedy output"
         engine.reload(tiny_model_dir)
         assert _greedy_ids(engine, prompts) == before
-        loop._sync_engine(actor_dir)  # nothing fresh in this process (as after a resume): the directory is reloaded
+        loop.engine_link.serve(actor_dir)  # nothing fresh here (as after a resume): a reload
         assert engine.model_path == actor_dir
         assert _greedy_ids(engine, prompts) == pushed
         reloaded_weights = _served_weights(engine)

@@ -127,8 +127,8 @@ def _phase_loop(tmp_path: Path, engine, *overrides: str) -> PhaseLoop:
 def test_the_loop_reloads_the_engine_only_when_the_actor_changed(tmp_path) -> None:
     engine = _LocalModel(tmp_path / "sft")
     loop = _phase_loop(tmp_path, engine)
-    loop._sync_engine(tmp_path / "sft")
-    loop._sync_engine(tmp_path / "phase_001" / "actor")
+    loop.engine_link.serve(tmp_path / "sft")
+    loop.engine_link.serve(tmp_path / "phase_001" / "actor")
     assert engine.reloads == [tmp_path / "phase_001" / "actor"]
 
 
@@ -141,14 +141,14 @@ def test_the_loop_pushes_a_trained_actor_in_memory_only_when_told_and_only_once(
     engine = _LocalModel(tmp_path / "sft")
     loop = _phase_loop(tmp_path, engine, f"engines.weight_sync={weight_sync}")
     actor = tmp_path / "run" / "phase_001" / "actor"
-    loop._keep_for_sync(actor, {"w": torch.ones(2), "b": torch.zeros(1)})
-    loop._sync_engine(actor)
-    loop._sync_engine(actor)
+    loop.engine_link.keep_for_sync(actor, {"w": torch.ones(2), "b": torch.zeros(1)})
+    loop.engine_link.serve(actor)
+    loop.engine_link.serve(actor)
     assert engine.model_path == actor
     assert engine.pushes == ([(actor, ["w", "b"])] if in_memory else [])
     assert engine.reloads == ([] if in_memory else [actor])
     resumed = _phase_loop(tmp_path, _LocalModel(tmp_path / "sft"), f"engines.weight_sync={weight_sync}")
-    resumed._sync_engine(actor)
+    resumed.engine_link.serve(actor)
     assert (resumed.engine.reloads, resumed.engine.pushes) == ([actor], [])
 
 
@@ -168,8 +168,8 @@ def test_one_process_serves_the_same_weights_after_a_push_as_after_a_reload_of_t
     one_process = SimpleNamespace(is_global_zero=True, barrier=lambda: None)
     actor = save_model_dir(one_process, model, tokenizer, loop.layout.actor_dir(1), {}, state=state)
     assert set(state) == names
-    loop._keep_for_sync(actor, state)
-    loop._sync_engine(actor)
+    loop.engine_link.keep_for_sync(actor, state)
+    loop.engine_link.serve(actor)
     assert loop.engine.model_path == actor
     pushed = {name: tensor.clone() for name, tensor in loop.engine.model.state_dict().items()}
     reloaded = HFEngine(actor)
@@ -185,7 +185,7 @@ def test_the_loop_names_the_engine_setting_when_the_engine_cannot_reload(tmp_pat
     assert not isinstance(_Server(), ReloadableEngine)
     loop = _phase_loop(tmp_path, _Server(), "rollout.engine=openai", "rollout.openai_url=http://127.0.0.1:8000/v1")
     with pytest.raises(ValueError, match="rollout.engine=openai cannot load new actor weights: use hf or vllm"):
-        loop._sync_engine(tmp_path / "sft")
+        loop.engine_link.serve(tmp_path / "sft")
 
 
 def _free_port() -> int:
