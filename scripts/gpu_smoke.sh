@@ -25,6 +25,8 @@ export WANDB_MODE=offline
 py=.venv/bin/python
 
 "$py" -m pytest -q -m gpu tests 2>&1 | tee "$out/gpu_tests.txt"
+# The memory plan against measured peaks, and training tokens/s, on one GPU (README: "Training on a GPU").
+"$py" bench/gpu_memory_check.py --out "$out/gpu_memory_check.json" 2>&1 | tee "$out/gpu_memory_check.txt"
 
 # Memory in use on every GPU, every 500 ms, for the whole run: the peak is what the memory plan estimates.
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 > "$out/gpu_memory.csv" &

@@ -54,38 +54,58 @@ def test_the_meta_model_is_counted_as_by_hand():
 
 def test_the_actor_stage_under_fsdp_in_bf16_mixed():
     # fp32 master over 2 ranks: 2792 x 4 / 2 = 5584 each for parameters, gradients and pi_ref; AdamW twice that.
-    # Gathered in bf16: 2 x (root 1608 + layer 592) x 2 = 8800. Activations: 10 x 8 + 2 x 4 + 4 x 16 = 152
-    # elements per token and layer, x 2 bytes x 20 tokens x 2 layers = 12160. Logits: 2 x 3 x 100 x 10 = 6000.
+    # Gathered in fp32 with the unsharded gradients: 2 x (root 1608 + layer 592) x 4 = 17600. Weight casts: bf16
+    # copies of both layers and the head, 2 x (2 x 592 + 800) = 3968. Activations: 10 x 8 + 2 x 4 + 4 x 16 = 152
+    # elements x 2 bytes + 18 x 8 fp32 residual bytes = 448 per token and layer, x 20 tokens x 2 layers = 17920.
+    # Backward buffers: 20 tokens x 16 x 8 = 2560. Logits: 2 x 3 x 100 x 10 = 6000. The step's temporary (5584)
+    # is below the forward/backward's transients, so it adds nothing.
     assert hand_plan().stage("actor") == {
         "parameters": 5584,
         "gradients": 5584,
         "optimizer": 11168,
         "reference": 5584,
-        "gathered_units": 8800,
-        "activations": 12160,
+        "gathered_units": 17600,
+        "weight_casts": 3968,
+        "activations": 17920,
+        "backward_buffers": 2560,
         "logits": 6000,
+        "optimizer_step": 0,
         "runtime_reserve": RUNTIME_RESERVE,
         "vllm": 0,
     }
 
 
 def test_checkpointing_keeps_each_layer_input_and_one_layer():
-    # 2 layers x 20 tokens x 8 x 2 bytes = 640 kept, plus one layer recomputed: 20 x 152 x 2 = 6080.
-    assert hand_plan(activation_checkpointing=True).stage("actor")["activations"] == 6720
+    # 2 layers x 20 tokens x 8 x 2 bytes = 640 kept, plus one layer recomputed: 20 x 448 = 8960; one layer's casts.
+    stage = hand_plan(activation_checkpointing=True).stage("actor")
+    assert (stage["activations"], stage["weight_casts"]) == (9600, 2 * (592 + 800))
+
+
+def test_one_rank_still_holds_the_gathered_units_but_no_unsharded_gradients():
+    assert hand_plan(ranks=1).stage("actor")["gathered_units"] == (1608 + 592) * 4
+
+
+def test_the_optimizer_step_counts_where_its_temporary_exceeds_the_backward_transients():
+    # ddp, one token, no action: temporary 2792 x 4 = 11168 against casts 3968 + activations 448 x 2 layers
+    # + buffers 16 x 8: 11168 - 3968 - 896 - 128 = 6176.
+    stage = hand_plan(strategy="ddp", actor_batch=1, seq_len=1, action_tokens=0).stage("actor")
+    assert stage["optimizer_step"] == 6176
 
 
 def test_the_critic_stage_has_value_heads_and_no_lm_head_reference_or_logits():
     critic = hand_plan().stage("critic")
     assert (critic["parameters"], critic["optimizer"], critic["reference"], critic["logits"]) == (4632, 9264, 0, 0)
-    assert critic["gathered_units"] == 2 * (1608 - 800 + 324 + 592) * 2
-    assert critic["activations"] == 10 * 152 * 2 * 2  # one sequence of 10 tokens
+    assert critic["gathered_units"] == 2 * (1608 - 800 + 324 + 592) * 4
+    assert critic["weight_casts"] == 2 * 2 * 592  # no head
+    assert critic["activations"] == 10 * 448 * 2  # one sequence of 10 tokens
 
 
 def test_unsharded_strategies_and_true_precision():
     whole = hand_plan(strategy="ddp").stage("actor")
     assert (whole["parameters"], whole["gathered_units"]) == (2792 * 4, 0)
     assert hand_plan(precision="bf16-true").stage("actor")["optimizer"] == 2 * 2792 * 2 // 2
-    assert hand_plan(precision="32-true").stage("actor")["activations"] == 12160 * 2  # fp32 activations
+    true32 = hand_plan(precision="32-true").stage("actor")
+    assert (true32["activations"], true32["weight_casts"]) == (152 * 4 * 20 * 2, 0)  # fp32, no autocast copies
 
 
 def test_colocated_vllm_fits_only_when_it_sleeps_through_training():

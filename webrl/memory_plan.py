@@ -10,23 +10,33 @@ each rank's bytes follow from the sharding, the precision, the optimizer and the
   node under `fsdp`/`model_parallel`, whole on each rank otherwise;
 - the actor stage also holds pi_ref, a frozen copy of the policy sharded like it (`ActorModule`'s
   registered reference); the critic stage holds neither pi_ref nor an LM head (its trunk and two MLP heads);
-- gathered units (sharded runs only): FSDP gathers a unit's parameters in the compute dtype before
-  using it; the root unit (embeddings, final norm, LM head) stays gathered from forward to backward, one
-  decoder layer is in use and the next prefetched, and a unit's unsharded gradient exists until its
-  reduce-scatter: 2 x (root + layer) elements;
+- gathered units (sharded strategies, a single rank too: FSDP2 gathers into buffers of its own): no
+  MixedPrecisionPolicy is set, so a unit's parameters are gathered in the master dtype and autocast casts
+  them per operation; the root unit (embeddings, final norm, LM head) stays gathered from forward to
+  backward while one decoder layer is in use; over several ranks a unit's unsharded gradient also exists
+  until its reduce-scatter;
+- weight casts (mixed precision): autograd keeps the bf16 copy of each weight a matmul used until its
+  backward: every decoder layer's and the LM head's, or one layer's and the head's with activation
+  checkpointing. They are copies of gathered weights, so sharding does not divide them;
 - activations, per token and decoder layer, the tensors a Llama layer saves for backward with an SDPA
   (flash or memory-efficient) kernel, so no T x T scores: 10 h + 2 kv + 4 i elements of the compute
-  dtype (each RMSNorm's fp32 input and bf16 output, q, k, v, the attention output, the inputs of the
-  projections; the MLP's gate, up, SiLU and product). With activation checkpointing only each layer's
-  input (h) is kept, plus one layer's full set while it is recomputed. The actor's logits are formed only
-  over the action span (`action_token_logprobs`): bf16 logits, their fp32 copy and fp32 log-softmax;
+  dtype (q, k, v, the attention output, the inputs of the projections; the MLP's gate, up, SiLU and
+  product), plus, under autocast, 18 h bytes of the residual stream and the RMSNorms, which stay fp32.
+  With activation checkpointing only each layer's input (h) is kept, plus one layer's full set while it
+  is recomputed. One layer's backward holds 8 i bytes per token of gradient buffers. The actor's logits
+  are formed only over the action span (`action_token_logprobs`): bf16 logits, their fp32 copy and fp32
+  log-softmax;
+- the optimizer step: AdamW (foreach) holds one temporary the size of the local shard; the step's peak
+  (gradients and that temporary) counts only where it exceeds the forward/backward's;
 - a fixed reserve per process for the CUDA context, NCCL buffers and allocator fragmentation;
 - vLLM colocated on the same GPU: `gpu_memory_utilization` of the device while it rolls out (its own
   per-instance budget: weights, KV cache, activations); while the actor and critic train it either
   sleeps (level 1: weights to host memory, KV cache released), keeping a residual, or keeps its budget.
 
-These are estimates, not measurements: the first GPU run should compare them with
-`torch.cuda.max_memory_allocated`.
+The fp32 residual bytes, the backward buffers and the gathered copy on a single rank were measured, not
+derived: `bench/gpu_memory_check.py` trains SmolLM2-135M and Llama-3.1-8B cut to 2 and 4 layers on one
+H200 and compares `torch.cuda.max_memory_allocated` with this plan (within 2 %; README gives the table).
+Nothing here was measured over several GPUs or nodes.
 """
 
 from __future__ import annotations
@@ -42,6 +52,11 @@ VLLM_ASLEEP = 2 * GIB
 """What a level-1 sleeping vLLM keeps on the GPU (CUDA graphs, its allocator's pool; an assumption)."""
 ACTIVATION_UNITS = {"hidden": 10, "kv": 2, "intermediate": 4}
 """Saved elements per token and decoder layer, by dimension (see the module docstring)."""
+FP32_RESIDUAL_BYTES = 18
+"""Under autocast, per token, decoder layer and hidden unit: the fp32 residual stream and RMSNorms (measured)."""
+BACKWARD_BUFFER_BYTES = 8
+"""Per token and MLP unit: one layer's gradient buffers during its backward (measured)."""
+MIXED_PRECISIONS = ("bf16-mixed", "16-mixed")
 LOGIT_BYTES = 2 + 4 + 4
 """Per action position and vocabulary entry: bf16 logits, their fp32 copy, the fp32 log-softmax."""
 MASTER_BYTES = {"32-true": 4, "32": 4, "bf16-mixed": 4, "16-mixed": 4, "bf16-true": 2, "bf16": 2, "16-true": 2}
@@ -199,26 +214,37 @@ class MemoryPlan:
         shards = self.ranks if self.strategy in SHARDED_STRATEGIES else 1
         master = MASTER_BYTES.get(self.precision, 4)
         compute = 4 if self.precision in ("32-true", "32") else 2
+        mixed = self.precision in MIXED_PRECISIONS
         per_token_layer = (
             ACTIVATION_UNITS["hidden"] * counts.hidden
             + ACTIVATION_UNITS["kv"] * counts.kv_dim
             + ACTIVATION_UNITS["intermediate"] * counts.intermediate
-        ) * compute
+        ) * compute + (FP32_RESIDUAL_BYTES * counts.hidden if mixed else 0)
         tokens = batch * self.seq_len
         if self.activation_checkpointing:
             activations = counts.layers * tokens * counts.hidden * compute + tokens * per_token_layer
         else:
             activations = counts.layers * tokens * per_token_layer
         root = counts.root_params if actor else counts.root_params - counts.head_params + value_heads
-        gathered = 2 * (root + counts.layer_params) * compute if shards > 1 else 0
+        sharded = self.strategy in SHARDED_STRATEGIES
+        gathered = (root + counts.layer_params) * master * (2 if shards > 1 else 1) if sharded else 0
+        head = (counts.head_params or counts.vocab * counts.hidden) if actor else 0
+        cast_layers = 1 if self.activation_checkpointing else counts.layers
+        casts = 2 * (cast_layers * counts.layer_params + head) if mixed else 0
+        logits = batch * self.action_tokens * counts.vocab * LOGIT_BYTES if actor else 0
+        backward_buffers = tokens * counts.intermediate * BACKWARD_BUFFER_BYTES
+        step_temporary = trained * master // shards
         return {
             "parameters": trained * master // shards,
             "gradients": trained * master // shards,
             "optimizer": 2 * trained * master // shards,
             "reference": trained * master // shards if actor else 0,
             "gathered_units": gathered,
+            "weight_casts": casts,
             "activations": activations,
-            "logits": batch * self.action_tokens * counts.vocab * LOGIT_BYTES if actor else 0,
+            "backward_buffers": backward_buffers,
+            "logits": logits,
+            "optimizer_step": max(0, step_temporary - (casts + activations + backward_buffers + logits)),
             "runtime_reserve": RUNTIME_RESERVE,
             "vllm": self.vllm_while_training,
         }
