@@ -17,8 +17,8 @@ around the environment's own calls, so that the split is read off rather than gu
 - CPU: this process (the event-loop thread apart from the others: the MiniWoB file server, the parser),
   the Playwright driver, and Chromium by process type, read with psutil over the process tree before
   the browser shuts down. Processes that ended on the way (a closed context's renderer) count through
-  their parent's reaped time, which getrusage(RUSAGE_CHILDREN) in env_throughput can miss; the
-  machine's busy cores and other processes' share are given beside it;
+  their parent's reaped time, which getrusage(RUSAGE_CHILDREN) alone misses (env_throughput now reads
+  the tree the same way); the machine's busy cores and other processes' share are given beside it;
 - the concurrency achieved: the summed step (and episode) latencies over the wall, against the slots.
 
 Only timers are added (monkeypatched here; nothing in webrl changes), a few microseconds a call.
@@ -45,7 +45,7 @@ from pathlib import Path
 from unittest import mock
 
 import psutil
-from env_throughput import ROOT, TASKS, percentile, run_webrl
+from env_throughput import ROOT, TASKS, percentile, run_webrl, tree_cpu
 
 from webrl.env import episode as episode_module
 from webrl.env import executor, observation
@@ -167,28 +167,6 @@ def achieved_concurrency(rows: dict[str, dict], wall: float, concurrency: int) -
         "slots": concurrency,
         "slot_time_outside_env_calls": round(1 - episode_s / (wall * concurrency), 3) if wall > 0 else None,
     }
-
-
-def process_group(cmdline: list[str]) -> str:
-    """Which part of the stack a child process is: the Playwright driver or a Chromium process type."""
-    if any(arg.endswith("cli.js") or arg == "run-driver" for arg in cmdline):
-        return "playwright driver"
-    kind = next((arg.split("=", 1)[1] for arg in cmdline if arg.startswith("--type=")), None)
-    return f"chromium {kind}" if kind else "chromium browser"
-
-
-def tree_cpu(root: psutil.Process) -> dict[int, tuple[str, float, float]]:
-    """pid -> (group, own CPU s, CPU s of its ended children that it reaped) for every descendant of `root`."""
-    found = {}
-    for process in root.children(recursive=True):
-        try:
-            with process.oneshot():
-                times = process.cpu_times()
-                group = process_group(process.cmdline())
-        except psutil.Error:
-            continue
-        found[process.pid] = (group, times.user + times.system, times.children_user + times.children_system)
-    return found
 
 
 def own_cpu() -> tuple[float, float]:

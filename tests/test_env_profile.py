@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -100,9 +101,27 @@ def test_concurrency_achieved_sums_the_top_level_calls(profile):
 
 
 def test_child_processes_are_grouped_by_role(profile):
-    assert profile.process_group(["node", "/x/package/cli.js", "run-driver"]) == "playwright driver"
-    assert profile.process_group(["/usr/bin/chrome", "--type=renderer", "--lang=en"]) == "chromium renderer"
-    assert profile.process_group(["/usr/bin/chrome-headless-shell", "--headless"]) == "chromium browser"
+    group = sys.modules["env_throughput"].process_group
+    assert group(["node", "/x/package/cli.js", "run-driver"]) == "playwright driver"
+    assert group(["/usr/bin/chrome", "--type=renderer", "--lang=en"]) == "chromium renderer"
+    assert group(["/usr/bin/chrome-headless-shell", "--headless"]) == "chromium browser"
+
+
+def test_a_trees_cpu_counts_a_grandchild_that_ended_reaped_by_its_parent(profile):
+    # The child spawns a grandchild that burns 0.4 s of CPU, waits for it (reaping it), then sleeps: the CPU
+    # appears only in the child's reaped time, as a closed context's renderer does in Chromium's zygote.
+    burn = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.4: pass')"
+    spawn = f"subprocess.run([sys.executable, '-c', {burn!r}])"
+    script = f"import subprocess, sys, time; {spawn}; print(flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child.stdout.readline()  # the grandchild has ended and been reaped
+        total = sys.modules["env_throughput"].tree_cpu_total(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert 0.4 <= total < 5.0
+    assert sys.modules["env_throughput"].tree_cpu_total(child.pid) == 0.0  # gone: nothing to read
 
 
 def test_cpu_split_takes_differences_and_counts_new_and_ended_processes(profile):
