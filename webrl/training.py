@@ -23,6 +23,7 @@ from lightning.fabric import Fabric
 
 from webrl.code_version import code_version
 from webrl.data.atomic_io import publish_dir, write_json_atomic
+from webrl.host_memory import release_freed_memory
 from webrl.progress import progress_bar
 from webrl.stage_settings import StageSettings
 
@@ -88,6 +89,8 @@ def train_micro_batch(
             fabric.clip_gradients(module, optimizer, max_norm=settings.grad_clip, error_if_nonfinite=False)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if fabric.device.type == "cpu":  # freed activations back to the OS, or the heap grows (webrl.host_memory)
+            release_freed_memory()
     return loss, metrics
 
 
