@@ -14,8 +14,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from lightning.fabric import Fabric
-
 from webrl.inference.engine import InferenceEngine, ReloadableEngine
 from webrl.inference.weight_sync import broadcast_state
 from webrl.loop_config import WebRLConfig
@@ -24,9 +22,8 @@ from webrl.loop_config import WebRLConfig
 class EngineLink:
     """Keeps `engine` (None on a rank without one) awake when needed and serving the actor each stage asks for."""
 
-    def __init__(self, config: WebRLConfig, fabric: Fabric, engine: InferenceEngine | None) -> None:
+    def __init__(self, config: WebRLConfig, engine: InferenceEngine | None) -> None:
         self.config = config
-        self.fabric = fabric
         self.engine = engine
         self.fresh_actor: tuple[Path, dict[str, Any]] | None = None
         """The actor this process just trained, for an in-memory sync: its directory and its weights (rank 0's)."""

@@ -91,7 +91,7 @@ class PhaseLoop:
         self.demonstrations = demonstrations
         self.layout = RunLayout(config.output_dir)
         self.state = RunState.load(self.layout.state_path)
-        self.engine_link = EngineLink(config, fabric, engine)
+        self.engine_link = EngineLink(config, engine)
         self.stages: tuple[tuple[str, Callable[[int], dict[str, float]]], ...] = (
             ("curriculum", self._curriculum),
             ("rollouts", self._rollouts),
