@@ -6,6 +6,7 @@ Tests that drive `PhaseLoop` stages directly, without launching Fabric, hand it 
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 
@@ -26,3 +27,7 @@ class SingleProcess:
 
     def log_dict(self, metrics: dict[str, float], step: int) -> None:
         return None
+
+    def autocast(self) -> AbstractContextManager:
+        """Full precision, as Fabric's `32-true`."""
+        return nullcontext()

@@ -7,9 +7,15 @@ H200 trained SmolLM2 in fp32 with twice the activation memory. The training step
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from lightning.fabric import Fabric
 
+from webrl import phase_training
+from webrl.config import load_config
+from webrl.data.trajectory import Step, Task, Trajectory
+from webrl.loop_config import WebRLConfig
 from webrl.stage_settings import StageSettings
 from webrl.training import setup_for_training, train_module
 
@@ -50,3 +56,27 @@ def test_bf16_mixed_computes_the_loss_in_bf16_and_keeps_fp32_weights():
 def test_full_precision_stays_in_fp32():
     seen, _ = _dtypes_seen("32-true")
     assert seen == [torch.float32, torch.float32]
+
+
+def test_replay_scoring_runs_in_the_run_precision(tmp_path, monkeypatch):
+    """The replay filter's forward passes (7 min a phase for SmolLM2 in fp32) run under the run's autocast too."""
+    seen: list[tuple[bool, torch.dtype]] = []
+
+    def scorer(*args, **kwargs):
+        def score(prompts: list[str], actions: list[str]) -> list[float]:
+            out = torch.nn.functional.linear(torch.ones(1, 2), torch.ones(2, 2))
+            seen.append((torch.is_autocast_enabled("cpu"), out.dtype))
+            return [0.7] * len(prompts)
+
+        return score
+
+    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (None, None))
+    monkeypatch.setattr(phase_training, "actor_scorer", scorer)
+    task = Task(task_id="t", intent="Open item t", sites=["shopping"], start_url="")
+    success = Trajectory(task=task, outcome=1.0, phase=0, status="exit", trajectory_id="t")
+    success.steps.append(Step(index=0, prompt="state", observation="<p>0</p>", response="act"))
+    config = load_config(WebRLConfig, [f"output_dir={tmp_path}"])
+    for precision, expected in (("bf16-mixed", (True, torch.bfloat16)), ("32-true", (False, torch.float32))):
+        fabric = Fabric(accelerator="cpu", devices=1, precision=precision)
+        phase_training.filter_replay(fabric, config, [success], actor_dir=Path("unused"), current_steps=4)
+        assert seen.pop() == expected, precision

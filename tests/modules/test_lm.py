@@ -111,6 +111,24 @@ def test_action_logprobs_match_a_plain_forward(tiny):
     assert bool((scores.geo_mean_prob > 0).all() and (scores.geo_mean_prob < 1).all())
 
 
+def test_action_logprobs_batch_neighbours_in_length_and_keep_the_given_order(tiny):
+    model, tokenizer = tiny
+    widths: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    prompts = ["Home", PROMPTS[0], "Go", PROMPTS[1]]  # long and short alternate
+    actions = [ACTIONS[1]] * 4
+    try:
+        batched = action_logprobs(model, tokenizer, prompts, actions, batch_size=2).sum
+    finally:
+        hook.remove()
+    alone = torch.cat([action_logprobs(model, tokenizer, [p], [a]).sum for p, a in zip(prompts, actions, strict=True)])
+    assert torch.allclose(batched, alone, atol=1e-5)
+    lengths = sorted(len(encode_prompt_action(tokenizer, p, a)[0]) for p, a in zip(prompts, actions, strict=True))
+    assert widths == [lengths[1], lengths[3]]  # the two short ones together, then the two long ones
+
+
 def test_padding_side_and_batching_do_not_change_logprobs(tiny):
     model, tokenizer = tiny
     examples = [(p, a, 0.0) for p, a in zip(PROMPTS, ACTIONS, strict=True)]

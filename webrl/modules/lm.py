@@ -219,28 +219,36 @@ def action_logprobs(
     batch_size: int = 8,
     max_length: int | None = None,
 ) -> ActionLogProbs:
-    """Score actions under `model` in batches without gradients (eval mode, restored afterwards)."""
+    """Score actions under `model` in batches without gradients (eval mode, restored afterwards).
+
+    Batches are formed from neighbours in length (prompt and action characters) and the scores
+    returned in the given order: a batch pads to its longest member, and replayed steps range from a
+    few hundred to the full `max_length` tokens, so batches in the given order spend much of the
+    forward on padding.
+    """
     if len(prompts) != len(actions):
         raise ValueError(f"{len(prompts)} prompts but {len(actions)} actions")
     if not prompts:
         empty = torch.zeros(0)
         return ActionLogProbs(sum=empty, count=empty, mean=empty, geo_mean_prob=empty)
     device = next(model.parameters()).device
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(actions[i]))
     was_training = model.training
     model.eval()
     sums, counts = [], []
     try:
-        for start in range(0, len(prompts), batch_size):
-            stop = start + batch_size
-            chunk = [(p, a, 0.0) for p, a in zip(prompts[start:stop], actions[start:stop], strict=True)]
+        for start in range(0, len(order), batch_size):
+            chunk = [(prompts[i], actions[i], 0.0) for i in order[start : start + batch_size]]
             batch = {k: v.to(device) for k, v in collate_actions(tokenizer, chunk, max_length).items()}
             mask = batch["action_mask"]
             token_lp = action_token_logprobs(model, batch["input_ids"], batch["attention_mask"], mask)
-            sums.append(token_lp.sum(-1).cpu())
+            sums.append(token_lp.sum(-1).float().cpu())
             counts.append(mask.sum(-1).cpu().float())
     finally:
         model.train(was_training)
-    total, count = torch.cat(sums), torch.cat(counts)  # (N,), (N,)
+    unsort = torch.empty(len(order), dtype=torch.long)
+    unsort[torch.tensor(order)] = torch.arange(len(order))
+    total, count = torch.cat(sums)[unsort], torch.cat(counts)[unsort]  # (N,), (N,) in the given order
     mean = total / count
     return ActionLogProbs(sum=total, count=count, mean=mean, geo_mean_prob=mean.exp())
 
