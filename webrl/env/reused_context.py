@@ -5,7 +5,7 @@ renderer process and Playwright's set-up of a new page. A reused context keeps i
 renderer process), its init script, its site guard's routes and its OutsideProxy, and between two
 episodes removes everything a page can leave behind for the next one:
 
-- the other tabs: closed;
+- the other tabs: closed (again at the end, and at the next episode's start, for one opened late);
 - the tab's document, its timers and its sessionStorage: scripts are stopped first, so nothing
   writes after the wipe, the sessionStorage of the tab's origin is cleared, the tab goes to
   about:blank, and `window.name` is emptied;
@@ -60,6 +60,7 @@ class ReusedContext:
             self.page = await self.context.new_page()
             self.page.on("framenavigated", self._on_navigated)
             self._cdp = await self.context.new_cdp_session(self.page)
+        await self._close_other_tabs()
         await episode.backend.setup_context(self.context, episode.task)
         return self.page
 
@@ -95,6 +96,7 @@ class ReusedContext:
             for origin in self.origins:
                 await self._cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
             await self._cdp.send("Network.clearBrowserCache")
+            await self._close_other_tabs()
         except PlaywrightError:
             return False
         self._shown.clear()
@@ -102,9 +104,7 @@ class ReusedContext:
 
     async def _clear_tabs(self) -> None:
         """Close the other tabs; stop the tab's scripts, clear its sessionStorage, leave it on about:blank."""
-        for page in self.context.pages:
-            if page is not self.page:
-                await page.close()
+        await self._close_other_tabs()
         await self._cdp.send("Emulation.setScriptExecutionDisabled", {"value": True})
         for origin in self._shown:
             storage = {"securityOrigin": origin, "isLocalStorage": False}
@@ -112,6 +112,13 @@ class ReusedContext:
         await self.page.goto("about:blank")
         await self._cdp.send("Emulation.setScriptExecutionDisabled", {"value": False})
         await self.page.evaluate("() => { window.name = ''; }")
+
+    async def _close_other_tabs(self) -> None:
+        """Close every tab but the episodes' own: done again at the wipe's end and at the next episode's
+        start, for a tab opened just before the wipe, which Playwright reports only once it is set up."""
+        for page in self.context.pages:
+            if page is not self.page:
+                await page.close()
 
     async def close(self) -> None:
         """Close the context and stop its proxy; safe after the browser died."""
