@@ -28,10 +28,10 @@ from webrl.data.trajectory import Task
 from webrl.env.backend import SiteBackend
 from webrl.env.chromium import DEFAULT_LAUNCH_ARGS, find_chromium, is_sandbox_failure, sandbox_unavailable_reason
 from webrl.env.episode import Episode
+from webrl.env.episode_context import FreshContext, ReusedContext
 from webrl.env.limits import EpisodeLimits
 from webrl.env.observation import ObservationConfig
 from webrl.env.outside_proxy import OutsideProxy
-from webrl.env.reused_context import ReusedContext
 from webrl.env.screenshots import ScreenshotRecorder
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class BrowserConfig:
     """Limit for Chromium to start."""
     reuse_contexts: bool = False
     """Hand a finished episode's context, wiped, to the next episode with the same allowed origins
-    (webrl.env.reused_context). Off by default: a fresh context is isolation by construction, a reused
+    (webrl.env.episode_context). Off by default: a fresh context is isolation by construction, a reused
     one is isolation by wiping; on, it saves a renderer process and a page set-up per episode."""
 
     def __post_init__(self) -> None:
@@ -175,7 +175,7 @@ class BrowserPool:
         async with OutsideProxy() as proxy:
             proxy_settings = proxy.context_proxy(backend.allowed_origins(task))
             context = await self._new_context(proxy_settings, backend.storage_state(task))
-            episode = Episode(task, backend, context, limits, observation)
+            episode = Episode(task, backend, FreshContext(context), limits, observation)
             proxy.on_blocked = episode.guard.count_blocked
             try:
                 yield episode
@@ -188,7 +188,7 @@ class BrowserPool:
     ) -> AsyncIterator[Episode]:
         origins = frozenset(backend.allowed_origins(task))
         reused = await self._take_context(origins)
-        episode = Episode(task, backend, reused.context, limits, observation, reused=reused)
+        episode = Episode(task, backend, reused, limits, observation)
         try:
             yield episode
         finally:

@@ -29,17 +29,14 @@ from webrl.data.trajectory import Step, Task, Trajectory
 from webrl.env.actions import Action, ActionParseError, parse_action
 from webrl.env.backend import SiteBackend
 from webrl.env.evaluators import EvalResult
-from webrl.env.executor import NAVIGATION_FLAG_JS, NO_EARLIER_PAGE, PageGoneError, execute_action
+from webrl.env.executor import NO_EARLIER_PAGE, PageGoneError, execute_action
 from webrl.env.limits import EpisodeLimits, LimitTracker
 from webrl.env.observation import Observation, ObservationConfig, observe
-from webrl.env.observation_script import HOVER_LISTENERS_JS
 from webrl.env.site_guard import SiteGuard
 
 if TYPE_CHECKING:
-    from webrl.env.reused_context import ReusedContext
+    from webrl.env.episode_context import FreshContext, ReusedContext
 
-EPISODE_INIT_JS = NAVIGATION_FLAG_JS + HOVER_LISTENERS_JS
-"""The init script of every episode's context: navigation marks (webrl.env.executor) and hover listeners."""
 # Errors that mean "the browser side failed", as opposed to bugs in webrl or a backend.
 _BROWSER_ERRORS = (PlaywrightError, PageGoneError, asyncio.TimeoutError, OSError)
 
@@ -62,21 +59,21 @@ class Episode:
         self,
         task: Task,
         backend: SiteBackend,
-        context: Any,
+        holder: FreshContext | ReusedContext,
         limits: EpisodeLimits | None = None,
         observation: ObservationConfig | None = None,
-        reused: ReusedContext | None = None,
     ) -> None:
         # A copy, so a backend filling in per-episode fields (MiniWoB's intent) never touches a shared Task.
         self.task = Task.from_dict(task.to_dict())
         self.backend = backend
-        self.context = context
+        # The context's set-up and end differ between a fresh and a reused one (webrl.env.episode_context).
+        self._holder = holder
+        self.context = holder.context
         self.limits = limits or EpisodeLimits()
         self.observation_config = observation or ObservationConfig()
         self.trajectory = Trajectory(task=self.task)
         self.guard = SiteGuard(backend.allowed_origins(self.task), self.trajectory.metadata)
         self.page: Any = None
-        self._reused = reused
         self._opened: list[Any] = []
         self._history_tabs: list[Any] = []
         self._observation = Observation.empty()
@@ -114,10 +111,10 @@ class Episode:
             raise RuntimeError(f"episode for task {self.task.task_id} was already reset")
         self._tracker.start()
         try:
-            self.page = await self._open_page()
+            self.page = await self._holder.open_page(self)
             self._set_timeouts(self.page)
             await asyncio.wait_for(self.backend.start(self.page, self.task), timeout=self.limits.reset_timeout_s)
-            await self._follow_new_tabs()  # after the start, whose `|AND|` tabs the agent is not led to
+            await self._holder.started(self._on_new_tab)
             return await self._observe()
         except _BROWSER_ERRORS as err:
             reason = _describe(err)
@@ -129,21 +126,6 @@ class Episode:
                 self.trajectory.metadata["infra_error"] = True
             self._end("error", f"reset failed: {reason}")
             return self._observation
-
-    async def _open_page(self) -> Any:
-        """The tab to start in, the context's init script, site guard and the backend's set-up installed."""
-        if self._reused is not None:
-            return await self._reused.open_page(self)
-        await self.context.add_init_script(EPISODE_INIT_JS)
-        await self.guard.install(self.context)
-        await self.backend.setup_context(self.context, self.task)
-        return await self.context.new_page()
-
-    async def _follow_new_tabs(self) -> None:
-        if self._reused is not None:
-            await self._reused.started(self._on_new_tab)
-        else:
-            self.context.on("page", self._on_new_tab)
 
     def _set_timeouts(self, page: Any) -> None:
         page.set_default_timeout(self.limits.action_timeout_s * 1000)
@@ -310,18 +292,10 @@ class Episode:
         self.trajectory.status, self.trajectory.error = "error", f"evaluation failed: {reason}"
 
     async def close(self) -> None:
-        """Close the episode's browser context; safe to call twice and after the browser died.
-
-        A reused context (webrl.env.reused_context) stays open: the pool wipes it for the next episode.
-        """
+        """End the episode with its context (a reused one is wiped by the pool); safe twice and after a crash."""
         if not self.done:
             self._end("error", "episode closed before it ended")
-        if self._reused is not None:
-            return
-        try:
-            await self.context.close()
-        except PlaywrightError:
-            return
+        await self._holder.release()
 
 
 def _describe(err: BaseException) -> str:

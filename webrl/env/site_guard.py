@@ -41,7 +41,7 @@ class SiteGuard:
     async def install(self, context: Any, current: Callable[[], SiteGuard] | None = None) -> None:
         """Route the context's requests and WebSockets to outside origins through the guard.
 
-        `current`, for a context that serves episodes in turn (webrl.env.reused_context), names the
+        `current`, for a context that serves episodes in turn (webrl.env.episode_context), names the
         guard of the episode running when a request comes: that episode counts it. All of them have
         this guard's allowlist.
         """

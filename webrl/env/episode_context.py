@@ -1,7 +1,9 @@
-"""Opt-in context reuse (`BrowserConfig.reuse_contexts`): one browser context serves episodes in turn, wiped between.
+"""The browser context an episode runs in: a fresh one per episode, or (opt-in) one reused in turn, wiped between.
 
-A fresh context per episode is isolation by construction, but every episode then pays for a new
-renderer process and Playwright's set-up of a new page. A reused context keeps its page (so its
+Both prepare the episode's tab (`open_page`), follow the tabs the page opens once the start page is
+up (`started`), and end with the episode (`release`). A fresh context per episode (the default) is
+isolation by construction, but every episode then pays for a new renderer process and Playwright's
+set-up of a new page. A reused one (`BrowserConfig.reuse_contexts`) keeps its page (so its
 renderer process), its init script, its site guard's routes and its OutsideProxy, and between two
 episodes removes everything a page can leave behind for the next one:
 
@@ -28,8 +30,35 @@ from typing import Any
 from playwright.async_api import Error as PlaywrightError
 
 from webrl.env.backend import origin_of
-from webrl.env.episode import EPISODE_INIT_JS
+from webrl.env.executor import NAVIGATION_FLAG_JS
+from webrl.env.observation_script import HOVER_LISTENERS_JS
 from webrl.env.outside_proxy import OutsideProxy
+
+EPISODE_INIT_JS = NAVIGATION_FLAG_JS + HOVER_LISTENERS_JS
+"""The init script of every episode's context: navigation marks (webrl.env.executor) and hover listeners."""
+
+
+class FreshContext:
+    """A context made for one episode: set up by it, closed with it."""
+
+    def __init__(self, context: Any) -> None:
+        self.context = context
+
+    async def open_page(self, episode: Any) -> Any:
+        """The init script, the episode's site guard and the backend's set-up, then a new tab."""
+        await self.context.add_init_script(EPISODE_INIT_JS)
+        await episode.guard.install(self.context)
+        await episode.backend.setup_context(self.context, episode.task)
+        return await self.context.new_page()
+
+    async def started(self, on_new_tab: Callable[[Any], None]) -> None:
+        """After the start page (whose `|AND|` tabs the agent is not led to), tabs the page opens go to `on_new_tab`."""
+        self.context.on("page", on_new_tab)
+
+    async def release(self) -> None:
+        """Close the context; safe twice and after the browser died."""
+        with contextlib.suppress(PlaywrightError):
+            await self.context.close()
 
 
 class ReusedContext:
@@ -112,6 +141,9 @@ class ReusedContext:
         await self.page.goto("about:blank")
         await self._cdp.send("Emulation.setScriptExecutionDisabled", {"value": False})
         await self.page.evaluate("() => { window.name = ''; }")
+
+    async def release(self) -> None:
+        """Nothing: the pool wipes the context (`wipe`) once the episode is over, or closes it."""
 
     async def _close_other_tabs(self) -> None:
         """Close every tab but the episodes' own: done again at the wipe's end and at the next episode's
