@@ -73,7 +73,8 @@ class ReusedContext:
         self.page: Any = None
         """The tab every episode starts in (created by the first episode)."""
         self.episode: Any = None
-        """The Episode using the context now; its guard counts the refused requests."""
+        """The Episode using the context now, or last: its guard counts the refused requests (the wipe's too, which
+        can only be its page's)."""
         self._cdp: Any = None
         self._shown: set[str] = set()
         self._follow_tab: Callable[[Any], None] | None = None
@@ -115,7 +116,7 @@ class ReusedContext:
 
     async def wipe(self, browser: Any) -> bool:
         """Remove what the last episode left (module docstring); False when the context must be closed instead."""
-        self.episode, self._follow_tab = None, None
+        self._follow_tab = None
         if not self.reusable(browser):
             return False
         try:
