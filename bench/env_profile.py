@@ -280,12 +280,12 @@ class Profiler:
         stack.enter_context(mock.patch.object(BrowserPool, "close", closing))
 
 
-def profile_level(tasks: list[str], concurrency: int, episodes: int, chromium: str) -> dict:
-    """Run env_throughput's webrl workload once under the profiler; return its figures and the split."""
+def profile_level(tasks: list[str], concurrency: int, episodes: int, chromium: str, reuse: bool = False) -> dict:
+    """Run env_throughput's webrl workload once under the profiler (`reuse`: in reused contexts); return the split."""
     profiler = Profiler()
     with ExitStack() as stack:
         profiler.patches(stack)
-        row = asyncio.run(run_webrl(tasks, concurrency, episodes, chromium))
+        row = asyncio.run(run_webrl(tasks, concurrency, episodes, chromium, reuse))
     wall = profiler.after["time"] - profiler.before["time"]
     steps = row["steps"]
     rows = phase_rows(profiler.intervals, wall, concurrency, steps)
@@ -357,16 +357,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 16])
     parser.add_argument("--episodes", type=int, default=0, help="episodes per level (default: max(12, 4 x level))")
+    parser.add_argument("--reuse-contexts", action="store_true", help="episodes in wiped reused contexts")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "env_profile.json")
     args = parser.parse_args(argv)
     chromium = find_chromium()
     results: dict = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_start": os.getloadavg()},
         "tasks": args.tasks,
+        "reuse_contexts": args.reuse_contexts,
         "levels": [],
     }
     for level in args.concurrency:
-        results["levels"].append(profile_level(args.tasks, level, args.episodes or max(12, 4 * level), chromium))
+        episodes = args.episodes or max(12, 4 * level)
+        results["levels"].append(profile_level(args.tasks, level, episodes, chromium, args.reuse_contexts))
         print_level(results["levels"][-1])
     results["machine"]["load_avg_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ contention does not distort. Results go to bench/results/env_throughput.json.
     python bench/env_throughput.py
     python bench/env_throughput.py --concurrency 1 4 16 --browsergym-concurrency 1 4 16
     python bench/env_throughput.py --skip-browsergym
+    python bench/env_throughput.py --reuse-contexts   # webrl in wiped reused contexts
 """
 
 from __future__ import annotations
@@ -56,8 +57,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def run_webrl(tasks: list[str], concurrency: int, episodes: int, chromium: str) -> dict:
-    """Run `episodes` scripted episodes with at most `concurrency` open at once; return the figures."""
+async def run_webrl(
+    tasks: list[str], concurrency: int, episodes: int, chromium: str, reuse_contexts: bool = False
+) -> dict:
+    """Run `episodes` scripted episodes with at most `concurrency` open at once; return the figures.
+
+    `reuse_contexts` is BrowserConfig's: episodes in wiped reused contexts instead of fresh ones.
+    """
     policy = MiniWoBScriptedPolicy()
     # Interleave tasks (seed-major) so that any episode count covers every task evenly.
     task_list = [task for seed in range(episodes) for task in miniwob_tasks(tasks, [seed])][:episodes]
@@ -66,7 +72,7 @@ async def run_webrl(tasks: list[str], concurrency: int, episodes: int, chromium:
     successes = 0
     steps = 0
     with MiniWoBBackend() as backend:
-        config = BrowserConfig(max_concurrency=concurrency, executable_path=chromium)
+        config = BrowserConfig(max_concurrency=concurrency, executable_path=chromium, reuse_contexts=reuse_contexts)
         async with BrowserPool(config) as pool:
 
             async def one(task) -> None:
@@ -203,18 +209,22 @@ def main(argv: list[str] | None = None) -> None:
         "--browsergym-episodes", type=int, default=6, help="BrowserGym episodes per level (at least one per worker)"
     )
     parser.add_argument("--skip-browsergym", action="store_true")
+    parser.add_argument(
+        "--reuse-contexts", action="store_true", help="webrl episodes in wiped reused contexts (BrowserConfig)"
+    )
     parser.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "env_throughput.json")
     args = parser.parse_args(argv)
     chromium = find_chromium()
     if args.worker:
-        row = asyncio.run(run_webrl(args.tasks, args.worker, args.episodes, chromium))
+        row = asyncio.run(run_webrl(args.tasks, args.worker, args.episodes, chromium, args.reuse_contexts))
         args.out.write_text(json.dumps(row))
         return
 
     results: dict = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_start": os.getloadavg()},
         "tasks": args.tasks,
+        "reuse_contexts": args.reuse_contexts,
         "webrl": [],
         "browsergym": {"levels": []},
     }
@@ -229,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
             str(episodes),
             "--tasks",
             *args.tasks,
+            *(["--reuse-contexts"] if args.reuse_contexts else []),
         ]
         row, cpu, error = measured(command)
         if row is None:

@@ -1,4 +1,7 @@
-"""A Chromium killed mid-episode: in-flight episodes end with status "error", the pool relaunches."""
+"""A Chromium killed mid-episode: in-flight episodes end with status "error", the pool relaunches.
+
+With reused contexts too: the dead browser's contexts are dropped, not lent to the next episodes.
+"""
 
 from __future__ import annotations
 
@@ -22,9 +25,10 @@ async def _wait_disconnected(browser, limit_s: float = 20.0) -> None:
     raise AssertionError("Chromium still connected after SIGKILL")
 
 
-def test_killed_chromium_ends_in_flight_episodes_and_the_pool_recovers(run, backend):
+@pytest.mark.parametrize("reuse_contexts", [False, True], ids=["fresh contexts", "reused contexts"])
+def test_killed_chromium_ends_in_flight_episodes_and_the_pool_recovers(run, backend, reuse_contexts):
     async def scenario():
-        async with BrowserPool(BrowserConfig(max_concurrency=4)) as pool:
+        async with BrowserPool(BrowserConfig(max_concurrency=4, reuse_contexts=reuse_contexts)) as pool:
             task = page_task("actions.html")
             async with pool.episode(task, backend) as first, pool.episode(task, backend) as second:
                 obs = await first.reset()

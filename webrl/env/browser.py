@@ -28,6 +28,7 @@ from webrl.data.trajectory import Task
 from webrl.env.backend import SiteBackend
 from webrl.env.chromium import DEFAULT_LAUNCH_ARGS, find_chromium, is_sandbox_failure, sandbox_unavailable_reason
 from webrl.env.episode import Episode
+from webrl.env.episode_context import FreshContext, ReusedContext
 from webrl.env.limits import EpisodeLimits
 from webrl.env.observation import ObservationConfig
 from webrl.env.outside_proxy import OutsideProxy
@@ -54,6 +55,10 @@ class BrowserConfig:
     """Page height in CSS pixels (WebRL: 720)."""
     launch_timeout_s: float = 30.0
     """Limit for Chromium to start."""
+    reuse_contexts: bool = False
+    """Hand a finished episode's context, wiped, to the next episode with the same allowed origins
+    (webrl.env.episode_context). Off by default: a fresh context is isolation by construction, a reused
+    one is isolation by wiping; on, it saves a renderer process and a page set-up per episode."""
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
@@ -74,6 +79,7 @@ class BrowserPool:
         self._browser: Any = None
         self._lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(self.config.max_concurrency)
+        self._idle: dict[frozenset[str], list[ReusedContext]] = {}
         self.screenshots: ScreenshotRecorder | None = None
         """When set, the rollout driver records the screenshots of the episodes it `wants` (webrl.env.screenshots)."""
 
@@ -151,16 +157,63 @@ class BrowserPool:
         limits: EpisodeLimits | None = None,
         observation: ObservationConfig | None = None,
     ) -> AsyncIterator[Episode]:
-        """An Episode for `task` in a fresh context; waits while `max_concurrency` are open."""
-        async with self._slots, OutsideProxy() as proxy:
+        """An Episode for `task` in a fresh context; waits while `max_concurrency` are open.
+
+        With `reuse_contexts` the context may be a wiped one, except for a task with a storage state
+        (a logged-in session), which always gets a fresh one.
+        """
+        reuse = self.config.reuse_contexts and backend.storage_state(task) is None
+        async with self._slots:
+            opened = self._reused_episode if reuse else self._fresh_episode
+            async with opened(task, backend, limits, observation) as episode:
+                yield episode
+
+    @asynccontextmanager
+    async def _fresh_episode(
+        self, task: Task, backend: SiteBackend, limits: EpisodeLimits | None, observation: ObservationConfig | None
+    ) -> AsyncIterator[Episode]:
+        async with OutsideProxy() as proxy:
             proxy_settings = proxy.context_proxy(backend.allowed_origins(task))
             context = await self._new_context(proxy_settings, backend.storage_state(task))
-            episode = Episode(task, backend, context, limits, observation)
+            episode = Episode(task, backend, FreshContext(context), limits, observation)
             proxy.on_blocked = episode.guard.count_blocked
             try:
                 yield episode
             finally:
                 await episode.close()
+
+    @asynccontextmanager
+    async def _reused_episode(
+        self, task: Task, backend: SiteBackend, limits: EpisodeLimits | None, observation: ObservationConfig | None
+    ) -> AsyncIterator[Episode]:
+        origins = frozenset(backend.allowed_origins(task))
+        reused = await self._take_context(origins)
+        episode = Episode(task, backend, reused, limits, observation)
+        try:
+            yield episode
+        finally:
+            await episode.close()
+            # An episode the browser failed in may have left the context half torn down: not worth the risk.
+            if not episode.trajectory.metadata.get("infra_error") and await reused.wipe(self._browser):
+                self._idle.setdefault(origins, []).append(reused)
+            else:
+                await reused.close()
+
+    async def _take_context(self, origins: frozenset[str]) -> ReusedContext:
+        """An idle wiped context for `origins`, or a new one (with its own OutsideProxy)."""
+        idle = self._idle.get(origins, [])
+        while idle:
+            reused = idle.pop()
+            if reused.browser is self._browser and self._browser.is_connected():
+                return reused
+            await reused.close()
+        proxy = await OutsideProxy().__aenter__()
+        try:
+            context = await self._new_context(proxy.context_proxy(origins))
+        except BaseException:
+            await proxy.__aexit__(None, None, None)
+            raise
+        return ReusedContext(self._browser, context, proxy, origins)
 
     async def browser_pid(self) -> int | None:
         """Process id of the Chromium browser process (for monitoring, and for crash tests)."""
@@ -173,7 +226,11 @@ class BrowserPool:
         return next((p["id"] for p in info["processInfo"] if p["type"] == "browser"), None)
 
     async def close(self) -> None:
-        """Close Chromium and Playwright; safe after a crash and when called twice."""
+        """Close the idle contexts, Chromium and Playwright; safe after a crash and when called twice."""
+        for idle in self._idle.values():
+            for reused in idle:
+                await reused.close()
+        self._idle.clear()
         if self._browser is not None:
             try:
                 await self._browser.close()

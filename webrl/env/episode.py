@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from playwright.async_api import Error as PlaywrightError
 
@@ -29,11 +29,13 @@ from webrl.data.trajectory import Step, Task, Trajectory
 from webrl.env.actions import Action, ActionParseError, parse_action
 from webrl.env.backend import SiteBackend
 from webrl.env.evaluators import EvalResult
-from webrl.env.executor import NAVIGATION_FLAG_JS, NO_EARLIER_PAGE, PageGoneError, execute_action
+from webrl.env.executor import NO_EARLIER_PAGE, PageGoneError, execute_action
 from webrl.env.limits import EpisodeLimits, LimitTracker
 from webrl.env.observation import Observation, ObservationConfig, observe
-from webrl.env.observation_script import HOVER_LISTENERS_JS
 from webrl.env.site_guard import SiteGuard
+
+if TYPE_CHECKING:
+    from webrl.env.episode_context import FreshContext, ReusedContext
 
 # Errors that mean "the browser side failed", as opposed to bugs in webrl or a backend.
 _BROWSER_ERRORS = (PlaywrightError, PageGoneError, asyncio.TimeoutError, OSError)
@@ -57,14 +59,16 @@ class Episode:
         self,
         task: Task,
         backend: SiteBackend,
-        context: Any,
+        holder: FreshContext | ReusedContext,
         limits: EpisodeLimits | None = None,
         observation: ObservationConfig | None = None,
     ) -> None:
         # A copy, so a backend filling in per-episode fields (MiniWoB's intent) never touches a shared Task.
         self.task = Task.from_dict(task.to_dict())
         self.backend = backend
-        self.context = context
+        # The context's set-up and end differ between a fresh and a reused one (webrl.env.episode_context).
+        self._holder = holder
+        self.context = holder.context
         self.limits = limits or EpisodeLimits()
         self.observation_config = observation or ObservationConfig()
         self.trajectory = Trajectory(task=self.task)
@@ -107,13 +111,10 @@ class Episode:
             raise RuntimeError(f"episode for task {self.task.task_id} was already reset")
         self._tracker.start()
         try:
-            await self.context.add_init_script(NAVIGATION_FLAG_JS + HOVER_LISTENERS_JS)
-            await self.guard.install(self.context)
-            await self.backend.setup_context(self.context, self.task)
-            self.page = await self.context.new_page()
+            self.page = await self._holder.open_page(self)
             self._set_timeouts(self.page)
             await asyncio.wait_for(self.backend.start(self.page, self.task), timeout=self.limits.reset_timeout_s)
-            self.context.on("page", self._on_new_tab)  # after the start, whose `|AND|` tabs the agent is not led to
+            await self._holder.started(self._on_new_tab)
             return await self._observe()
         except _BROWSER_ERRORS as err:
             reason = _describe(err)
@@ -291,13 +292,10 @@ class Episode:
         self.trajectory.status, self.trajectory.error = "error", f"evaluation failed: {reason}"
 
     async def close(self) -> None:
-        """Close the episode's browser context; safe to call twice and after the browser died."""
+        """End the episode with its context (a reused one is wiped by the pool); safe twice and after a crash."""
         if not self.done:
             self._end("error", "episode closed before it ended")
-        try:
-            await self.context.close()
-        except PlaywrightError:
-            return
+        await self._holder.release()
 
 
 def _describe(err: BaseException) -> str:

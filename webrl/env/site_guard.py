@@ -10,6 +10,7 @@ observation (`blocked: URL is outside this task's sites`), since the page itself
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from playwright.async_api import Error as PlaywrightError
@@ -37,11 +38,17 @@ class SiteGuard:
         self._metadata["blocked_requests"] = 0
         self._refused_navigations: list[str] = []
 
-    async def install(self, context: Any) -> None:
-        """Route the context's requests and WebSockets to outside origins through the guard."""
-        await context.route(self._outside, self._block)
+    async def install(self, context: Any, current: Callable[[], SiteGuard] | None = None) -> None:
+        """Route the context's requests and WebSockets to outside origins through the guard.
+
+        `current`, for a context that serves episodes in turn (webrl.env.episode_context), names the
+        guard of the episode running when a request comes: that episode counts it. All of them have
+        this guard's allowlist.
+        """
+        guard = current or (lambda: self)
+        await context.route(self._outside, lambda route: guard()._block(route))
         sockets = {o.replace("http", "ws", 1) for o in self.allowed if o.startswith("http")}
-        await context.route_web_socket(outside_origins(sockets), self._block_socket)
+        await context.route_web_socket(outside_origins(sockets), lambda socket: guard()._block_socket(socket))
 
     def count_blocked(self, url: str) -> None:
         """Record a request the pool's OutsideProxy refused: a redirect hop or a tunnel, most often the page leaving."""
