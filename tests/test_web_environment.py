@@ -84,6 +84,8 @@ def test_episode_settings_come_from_the_env_and_rollout_sections():
     assert _environment().observation_config().region == "from_viewport"
     assert env.browser_config().max_concurrency == 3
     assert env.browser_config(concurrency=2).max_concurrency == 2
+    assert not env.browser_config().reuse_contexts
+    assert _environment("env.reuse_contexts=true").browser_config().reuse_contexts
 
 
 def test_an_engine_without_a_chat_template_gets_the_completion_form():

@@ -110,6 +110,7 @@ class WebEnvironment:
         return BrowserConfig(
             executable_path=self.config.env.chromium or None,
             max_concurrency=concurrency or self.concurrency,
+            reuse_contexts=self.config.env.reuse_contexts,
         )
 
     def limits(self) -> EpisodeLimits:
