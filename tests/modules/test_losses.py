@@ -40,6 +40,20 @@ def test_paper_advantage():
     )
 
 
+def test_paper_advantage_with_discount_penalises_the_early_steps_of_a_certain_success():
+    """The critic learns the undiscounted outcome (V = P(success)), the advantage discounts it: with γ < 1 every
+    step but the last of a success the critic was sure of gets A < 0, so the update favours exiting early."""
+    value, next_value = t(1.0, 1.0, 1.0), t(1.0, 1.0, 0.0)  # a 3-step success, V = 1 throughout
+    outcome, done, steps_to_end = t(1.0, 1.0, 1.0), torch.tensor([False, False, True]), torch.tensor([2, 1, 0])
+    # γ = .9: s0: TD .9 - 1 = -.1, MC .81 - 1 = -.19 -> -.145; s1: TD -.1, MC .9 - 1 = -.1 -> -.1; s2: 0
+    discounted = paper_advantage(value, next_value, outcome, done, steps_to_end, gamma=0.9, lam=0.5)
+    assert torch.allclose(discounted, t(-0.145, -0.1, 0.0))
+    # γ = 1: nothing to learn from a success the critic foresaw
+    assert torch.allclose(
+        paper_advantage(value, next_value, outcome, done, steps_to_end, gamma=1.0, lam=0.5), t(0, 0, 0)
+    )
+
+
 def test_release_advantage():
     value, next_value = t(0.5, 0.5, 0.2), t(0.4, 0.6, 0.22)
     reward, mc_return = t(1.0, 0.0, 0.0), t(1.9, 0.0, 0.0)
