@@ -28,6 +28,7 @@ from webrl.starting_models import (
     demonstrations_path,
     ensure_orm,
     ensure_sft,
+    orm_data_dir,
     orm_dir,
     orm_training_pairs,
     sft_dir,
@@ -115,6 +116,18 @@ def test_the_orm_cache_changes_with_its_inputs_and_only_with_them(tmp_path):
         assert name(_config(tmp_path, changed)) != plain, changed
     for unrelated in ("actor.train.lr=0.5", "phases=9", "sft.train.lr=0.5", "critic.train.lr=0.5"):
         assert name(_config(tmp_path, unrelated)) == plain, unrelated
+
+
+def test_the_orm_data_is_kept_across_training_settings_and_redrawn_when_its_sources_change(tmp_path):
+    def name(config: WebRLConfig, sft: str = "/cache/sft-1") -> str:
+        return orm_data_dir(config, Path(sft)).name
+
+    plain = name(_config(tmp_path))
+    assert plain.startswith("orm-data-") and name(_config(tmp_path, "orm.train.epochs=1")) == plain
+    assert name(_config(tmp_path, "orm.train.lr=0.5")) == plain
+    assert name(_config(tmp_path), sft="/cache/sft-2") != plain
+    for changed in ("orm.rollout_tasks=7", "orm.data.solver_noise=[0.2]", "env.max_steps=9", "rollout.temperature=0.3"):
+        assert name(_config(tmp_path, changed)) != plain, changed
 
 
 def test_the_demonstrations_cache_follows_how_they_are_recorded(tmp_path):

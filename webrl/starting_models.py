@@ -316,19 +316,35 @@ def orm_dir(config: WebRLConfig, sft: Path) -> Path:
     return Path(config.model.cache_dir) / f"orm-{key}"
 
 
+def orm_data_dir(config: WebRLConfig, sft: Path) -> Path:
+    """Where the ORM's training episodes are kept: keyed by what makes them, not by how the ORM trains on them,
+    so that a change of `orm.train` reuses them (for SmolLM2 they are 8 minutes of rollouts)."""
+    key = cache_key(
+        str(sft),
+        config.orm.rollout_tasks,
+        config.orm.data,
+        config.env,
+        config.rollout.temperature,
+        config.seed,
+        config.fabric.precision,
+    )
+    return Path(config.model.cache_dir) / f"orm-data-{key}"
+
+
 def ensure_orm(
     config: WebRLConfig, fabric: Fabric, env: WebEnvironment, engine: Any, sft: Path, demos: list[Trajectory]
 ) -> Path:
     """The cached ORM, built on first use from the evaluator-labelled trajectories of `orm.data`'s sources.
 
-    The sources' episodes are kept under `orm-data-<key>/` beside it, so an interrupted build resumes.
+    The sources' episodes are kept under `orm_data_dir` beside it, so an interrupted build resumes and a build
+    with other training settings reuses them.
     """
     if config.model.orm:
         return Path(config.model.orm)
     target = orm_dir(config, sft)
     if is_built(target):
         return target
-    data_dir = target.with_name(target.name.replace("orm-", "orm-data-", 1))
+    data_dir = orm_data_dir(config, sft)
     builder = ORMDataBuilder(config, fabric, env, data_dir, demonstration_tokenizer(config))
     trajectories, counts = builder.build(engine, demos)
     if config.engines.sleep and hasattr(engine, "sleep"):
