@@ -86,3 +86,13 @@ def test_calibration_rolls_out_unseen_train_tasks_scores_them_and_is_reused(tmp_
         too_many = load_config(WebRLConfig, [*overrides, "reward.calibration_tasks=29"])
         with pytest.raises(ValueError, match=r"reward.calibration_tasks=29: only 28 tasks .*\(orm.rollout_tasks\)"):
             ensure_orm_threshold(too_many, fabric, env, solver, sft, orm)
+
+
+def test_the_calibration_cache_follows_what_shapes_its_episodes(tmp_path):
+    def name(*overrides: str) -> str:
+        config = load_config(WebRLConfig, [f"output_dir={tmp_path / 'run'}", f"model.cache_dir={tmp_path}", *overrides])
+        return calibration_dir(config, tmp_path / "sft", tmp_path / "orm").name
+
+    plain = name()
+    assert name("env.html_chars=900") != plain and name("reward.calibration_tasks=7") != plain
+    assert name("env.reuse_contexts=true") == plain and name("env.screenshots.enabled=false") == plain

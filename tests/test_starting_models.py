@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,14 @@ from webrl.starting_models import (
 from webrl.training import DONE_MARKER, is_built
 
 EXTERNAL = "/suites/webarena"
+EPISODE_NEUTRAL = (
+    "env.reuse_contexts=true",
+    f"env.chromium={sys.executable}",  # any executable file passes the config's check; nothing runs it here
+    "env.strict_tasks=true",
+    "env.judge_api_key_env=OTHER_KEY",
+    "env.screenshots.enabled=false",
+)
+"""Settings that change no episode's content, so no cache of products made of episodes may change with them."""
 TINY = ["model.tiny_hidden_size=64", "model.tiny_layers=1", "model.tiny_vocab_size=300"]
 
 
@@ -109,12 +118,13 @@ def test_the_orm_cache_changes_with_its_inputs_and_only_with_them(tmp_path):
     for changed in (
         "orm.train.lr=0.5",
         "env.max_steps=9",
+        "env.html_chars=900",
         "rollout.temperature=0.3",
         "seed=1",
         "fabric.precision=bf16-mixed",
     ):
         assert name(_config(tmp_path, changed)) != plain, changed
-    for unrelated in ("actor.train.lr=0.5", "phases=9", "sft.train.lr=0.5", "critic.train.lr=0.5"):
+    for unrelated in ("actor.train.lr=0.5", "phases=9", "sft.train.lr=0.5", "critic.train.lr=0.5", *EPISODE_NEUTRAL):
         assert name(_config(tmp_path, unrelated)) == plain, unrelated
 
 
@@ -128,6 +138,16 @@ def test_the_orm_data_is_kept_across_training_settings_and_redrawn_when_its_sour
     assert name(_config(tmp_path), sft="/cache/sft-2") != plain
     for changed in ("orm.rollout_tasks=7", "orm.data.solver_noise=[0.2]", "env.max_steps=9", "rollout.temperature=0.3"):
         assert name(_config(tmp_path, changed)) != plain, changed
+    assert name(_config(tmp_path, "env.html_chars=900")) != plain
+    for neutral in EPISODE_NEUTRAL:
+        assert name(_config(tmp_path, neutral)) == plain, neutral
+
+
+def test_the_episode_settings_of_a_default_env_key_as_the_whole_env_did(tmp_path):
+    """Neutral keys are held at their defaults, not left out: caches built before they were named keep their keys."""
+    config = _config(tmp_path)
+    assert cache_key(config.env.episode_settings()) == cache_key(config.env)
+    assert cache_key(_config(tmp_path, *EPISODE_NEUTRAL).env.episode_settings()) == cache_key(config.env)
 
 
 def test_the_demonstrations_cache_follows_how_they_are_recorded(tmp_path):

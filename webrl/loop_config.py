@@ -11,6 +11,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from webrl.config_checks import at_least, invalid, one_of, positive, require, within
 from webrl.curriculum.config import CurriculumConfig
@@ -90,6 +91,14 @@ class ModelConfig:
         at_least("model.tiny_vocab_size", self.tiny_vocab_size, 1)
 
 
+EPISODE_NEUTRAL_ENV_KEYS = ("strict_tasks", "chromium", "reuse_contexts", "judge_api_key_env", "screenshots")
+"""`EnvConfig` fields that cannot change what an episode contains, so the caches of products made of episodes
+(`EnvConfig.episode_settings`) are not keyed by them: strict_tasks loads the same tasks or stops; chromium only
+names the build of the same browser (an empty value already finds a different one on each machine); reuse_contexts
+runs each episode in a context wiped to the state of a fresh one; judge_api_key_env names where the judge's key is
+read, not which judge answers; screenshots are pictures for the report, which neither the agent nor the ORM sees."""
+
+
 @dataclass
 class EnvConfig:
     """Websites, task suites and episode limits."""
@@ -154,6 +163,16 @@ class EnvConfig:
             require(is_url(self.judge_url), "env.judge_url", self.judge_url, "must be an http(s):// URL ending in /v1")
             require(bool(self.judge_model), "env.judge_model", self.judge_model, "must name a model (env.judge_url)")
         self.screenshots.validate("env.screenshots")
+
+    def episode_settings(self) -> dict[str, Any]:
+        """The fields as a dict, those of `EPISODE_NEUTRAL_ENV_KEYS` at their defaults: the key of a cache of episodes.
+
+        The neutral fields are held at their defaults rather than left out so that naming one more of them moves no
+        cache key already built: a config that leaves it at its default (nearly all do) keeps its key.
+        """
+        default = EnvConfig()
+        neutral = {key: getattr(default, key) for key in EPISODE_NEUTRAL_ENV_KEYS}
+        return dataclasses.asdict(dataclasses.replace(self, **neutral))
 
 
 @dataclass

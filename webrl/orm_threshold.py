@@ -108,14 +108,15 @@ def calibration_tasks(config: WebRLConfig, env: WebEnvironment) -> list[Task]:
 
 
 def calibration_dir(config: WebRLConfig, sft: Path, orm: Path) -> Path:
-    """Where the calibration's episodes and choice are cached: keyed by all that shapes them."""
+    """Where the calibration's episodes and choice are cached: keyed by all that shapes them (of `env`, its
+    `episode_settings`)."""
     from webrl.starting_models import cache_key
 
     key = cache_key(
         str(sft),
         str(orm),
         config.reward.calibration_tasks,
-        config.env,
+        config.env.episode_settings(),
         config.orm.rollout_tasks,
         config.orm.data.actor_rollouts,
         config.rollout.temperature,

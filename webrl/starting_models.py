@@ -311,19 +311,31 @@ def ensure_sft(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tupl
 
 
 def orm_dir(config: WebRLConfig, sft: Path) -> Path:
-    """The ORM's cache dir: keyed by the SFT actor and every setting of its data (`orm.data`) and training."""
-    key = cache_key(str(sft), config.orm, config.env, config.rollout.temperature, config.seed, config.fabric.precision)
+    """The ORM's cache dir: keyed by the SFT actor and every setting of its data (`orm.data`) and training.
+
+    Of `env`, only what shapes episodes counts (`EnvConfig.episode_settings`): another browser build or context
+    reuse makes the same ORM.
+    """
+    key = cache_key(
+        str(sft),
+        config.orm,
+        config.env.episode_settings(),
+        config.rollout.temperature,
+        config.seed,
+        config.fabric.precision,
+    )
     return Path(config.model.cache_dir) / f"orm-{key}"
 
 
 def orm_data_dir(config: WebRLConfig, sft: Path) -> Path:
     """Where the ORM's training episodes are kept: keyed by what makes them, not by how the ORM trains on them,
-    so that a change of `orm.train` reuses them (for SmolLM2 they are 8 minutes of rollouts)."""
+    so that a change of `orm.train` reuses them (for SmolLM2 they are 8 minutes of rollouts); of `env`, only what
+    shapes episodes counts (`EnvConfig.episode_settings`)."""
     key = cache_key(
         str(sft),
         config.orm.rollout_tasks,
         config.orm.data,
-        config.env,
+        config.env.episode_settings(),
         config.rollout.temperature,
         config.seed,
         config.fabric.precision,
