@@ -78,7 +78,7 @@ def keep_config(run_dir: Path, config: WebRLConfig, *, dry_run: bool = False) ->
 
         keep = check_run_config if launch_rank(config.fabric) != 0 else keep_run_config
     try:
-        return keep(run_dir, config_to_dict(config), config.resume.allow_changes)
+        return keep(run_dir, config, config.resume.allow_changes)
     except ConfigError as err:
         raise SystemExit(f"config error: {err}") from None
 

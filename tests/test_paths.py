@@ -73,7 +73,7 @@ def test_relative_paths_become_absolute_against_the_folder_the_command_starts_in
 def test_config_json_records_the_absolute_paths(home):
     config = load_config(WebRLConfig, ["output_dir=runs/mine"])
     run_dir = Path(config.output_dir)
-    assert keep_run_config(run_dir, config_to_dict(config), []) is None
+    assert keep_run_config(run_dir, config, []) is None
     saved = json.loads((home / "work" / "runs" / "mine" / "config.json").read_text())
     assert (saved["output_dir"], saved["model"]["cache_dir"]) == (str(run_dir), str(home / ".cache" / "webrl"))
 
@@ -90,8 +90,8 @@ def test_a_run_started_with_relative_paths_relaunches_with_the_user_cache(home):
 
     relaunch = load_config(WebRLConfig, ["output_dir=runs/old", "model.actor=sft"])
     assert relaunch.model.cache_dir == str(home / ".cache" / "webrl")
-    assert check_run_config(run_dir, config_to_dict(relaunch), []) == {}
+    assert check_run_config(run_dir, relaunch, []) == {}
     _model_dir(home / "other_sft")
     moved = load_config(WebRLConfig, ["output_dir=runs/old", f"model.actor={home / 'other_sft'}", "seed=1"])
     with pytest.raises(ConfigError, match=r"model.actor \"/.*/work/sft\" → \".*/other_sft\", seed 0 → 1"):
-        check_run_config(run_dir, config_to_dict(moved), [])
+        check_run_config(run_dir, moved, [])

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from webrl.config import config_to_dict, load_config
+from webrl.config import load_config
 from webrl.config_checks import ConfigError
 from webrl.evaluation.identity import evaluation_settings
 from webrl.evaluation.learning_table import LearningTable
@@ -138,7 +138,7 @@ class Comparison:
         """Stop, naming the method and the keys, if an existing run directory was started with other settings."""
         for run in self.runs:
             try:
-                check_run_config(run.run_dir, config_to_dict(run.config), run.config.resume.allow_changes)
+                check_run_config(run.run_dir, run.config, run.config.resume.allow_changes)
             except ConfigError as err:
                 raise ConfigError(f"method {run.method.name}: {err}") from None
 
@@ -165,7 +165,7 @@ class Comparison:
             print(f"[compare] {name}: running {' '.join(run.command)}", flush=True)
             if run.method.evaluation:
                 # The SFT and evaluation recipes keep no config.json themselves; the comparison keeps one for them.
-                keep_run_config(run.run_dir, config_to_dict(run.config), run.config.resume.allow_changes)
+                keep_run_config(run.run_dir, run.config, run.config.resume.allow_changes)
             started = time.monotonic()
             returncode = subprocess.run(run.command, check=False).returncode
             record_launch(run.run_dir, run.command, time.monotonic() - started, returncode)

@@ -4,13 +4,16 @@ Every stage of a run is cached in its directory, so rerunning the directory with
 learning rate would reuse every finished stage and mix two configurations in one result. The
 first launch writes `config.json`; each relaunch compares its resolved config with it before any
 work and stops with one line listing the keys that differ (old → new). Keys that change no
-phase's results (`NEUTRAL_KEYS`) are never compared; others may be changed on purpose with
-`resume.allow_changes=[key, ...]`, and each accepted set of changes is recorded, with the phase it
-starts from, in `config_changes.json`. `config.json` itself is never rewritten.
+phase's results (`NEUTRAL_KEYS`) are never compared, nor is a key config.json lacks (the schema
+gained it since) that holds its default, since a new key's default keeps the behaviour from before
+it; others may be changed on purpose with `resume.allow_changes=[key, ...]`, and each accepted set
+of changes is recorded, with the phase it starts from, in `config_changes.json`. `config.json`
+itself is never rewritten.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,19 +80,30 @@ def _under(key: str, entry: str) -> bool:
     return key == entry or key.startswith(f"{entry}.")
 
 
-def changed_keys(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def changed_keys(
+    saved: dict[str, Any], current: dict[str, Any], defaults: dict[str, Any]
+) -> dict[str, tuple[Any, Any]]:
     """Flattened keys whose values differ, neutral keys left out; a key one side lacks reads as ABSENT there.
 
-    Paths (`PATH_KEYS`) are compared made absolute, so a relaunch of a run whose config.json holds one relative
-    is not refused for the new absolute spelling of the same place.
+    A key `saved` lacks whose current value is its default in `defaults` (the schema's) is no change: the run was
+    started before the key existed, and a new key's default keeps the behaviour from before it. With any other
+    value it is one, `(absent) → value`. Paths (`PATH_KEYS`) are compared made absolute, so a relaunch of a run
+    whose config.json holds one relative is not refused for the new absolute spelling of the same place.
     """
-    old, new = _absolute_paths(flatten(saved)), _absolute_paths(flatten(json.loads(json.dumps(current))))
+    old, new, default = _flat(saved), _flat(current), _flat(defaults)
     changed = {key: (old.get(key, ABSENT), new.get(key, ABSENT)) for key in sorted(old.keys() | new.keys())}
     return {
-        key: values
-        for key, values in changed.items()
-        if values[0] != values[1] and not any(_under(key, neutral) for neutral in NEUTRAL_KEYS)
+        key: (was, now)
+        for key, (was, now) in changed.items()
+        if was != now
+        and not (was is ABSENT and now == default.get(key, ABSENT))
+        and not any(_under(key, neutral) for neutral in NEUTRAL_KEYS)
     }
+
+
+def _flat(tree: dict[str, Any]) -> dict[str, Any]:
+    """`tree` flattened as config.json holds it (JSON values), its paths absolute."""
+    return _absolute_paths(flatten(json.loads(json.dumps(tree))))
 
 
 def _absolute_paths(flat: dict[str, Any]) -> dict[str, Any]:
@@ -100,18 +114,17 @@ def _absolute_paths(flat: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def check_run_config(
-    run_dir: Path, config: dict[str, Any], allow_changes: list[str]
-) -> dict[str, tuple[Any, Any]] | None:
+def check_run_config(run_dir: Path, config: Any, allow_changes: list[str]) -> dict[str, tuple[Any, Any]] | None:
     """None for a run directory without config.json; else the allowed changes from it (empty when none).
 
-    `config` is the resolved config as a plain dict. Raises ConfigError (one line) listing the keys
-    that differ and are not allowed. Reads only.
+    `config` is the resolved config, a dataclass: its class's defaults stand for the keys config.json lacks
+    (`changed_keys`). Raises ConfigError (one line) listing the keys that differ and are not allowed. Reads only.
     """
     saved_path = RunLayout(run_dir).config_path
     if not saved_path.exists():
         return None
-    changes = changed_keys(json.loads(saved_path.read_text(encoding="utf-8")), config)
+    saved = json.loads(saved_path.read_text(encoding="utf-8"))
+    changes = changed_keys(saved, dataclasses.asdict(config), dataclasses.asdict(type(config)()))
     refused = {key: values for key, values in changes.items() if not any(_under(key, a) for a in allow_changes)}
     if refused:
         raise ConfigError(
@@ -121,13 +134,11 @@ def check_run_config(
     return changes
 
 
-def keep_run_config(
-    run_dir: Path, config: dict[str, Any], allow_changes: list[str]
-) -> dict[str, tuple[Any, Any]] | None:
+def keep_run_config(run_dir: Path, config: Any, allow_changes: list[str]) -> dict[str, tuple[Any, Any]] | None:
     """`check_run_config`, then config.json on a first launch, or the record of the changes it allowed."""
     changes = check_run_config(run_dir, config, allow_changes)
     if changes is None:
-        write_json_atomic(RunLayout(run_dir).config_path, config)
+        write_json_atomic(RunLayout(run_dir).config_path, dataclasses.asdict(config))
     elif changes:
         _record_changes(run_dir, {key: [_plain(old), _plain(new)] for key, (old, new) in changes.items()})
     return changes

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from recipes import webrl
+from webrl.config_checks import ConfigError
+from webrl.run_config import ABSENT, check_run_config, keep_run_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,6 +63,66 @@ def test_allowed_changes_continue_and_are_recorded_beside_the_first_config(launc
     assert (run_dir / "config.json").read_text() == started_with
     changes = json.loads((run_dir / "config_changes.json").read_text())
     assert changes == [{"from_phase": 0, "changes": {"env.test_tasks": [60, 20]}}]
+
+
+@dataclass
+class Section:
+    old: int = 1
+    new: bool = False
+
+
+@dataclass
+class Schema:
+    """A config whose `section.new` and `added` came after runs that lack them in config.json."""
+
+    lr: float = 0.1
+    section: Section = field(default_factory=Section)
+    added: list[str] = field(default_factory=list)
+
+
+def _started_before_new_keys(run_dir: Path) -> None:
+    (run_dir / "config.json").write_text(json.dumps({"lr": 0.1, "section": {"old": 1}}))
+
+
+def test_a_key_the_saved_config_lacks_is_no_change_at_its_default(tmp_path):
+    _started_before_new_keys(tmp_path)
+    assert keep_run_config(tmp_path, Schema(), []) == {}
+    assert not (tmp_path / "config_changes.json").exists(), "nothing changed, so nothing is recorded"
+
+
+def test_a_key_the_saved_config_lacks_is_a_change_away_from_its_default(tmp_path):
+    _started_before_new_keys(tmp_path)
+    relaunch = Schema(section=Section(new=True), added=["x"])
+    with pytest.raises(ConfigError, match=r'added \(absent\) → \["x"\], section.new \(absent\) → true\. '):
+        check_run_config(tmp_path, relaunch, [])
+    assert keep_run_config(tmp_path, relaunch, ["section.new", "added"]) == {
+        "added": (ABSENT, ["x"]),
+        "section.new": (ABSENT, True),
+    }
+    changes = json.loads((tmp_path / "config_changes.json").read_text())
+    assert changes == [{"from_phase": 0, "changes": {"added": [None, ["x"]], "section.new": [None, True]}}]
+
+
+def test_a_saved_key_with_another_value_is_a_change_even_back_to_its_default(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"lr": 0.5, "section": {"old": 1, "new": False}, "added": []}))
+    with pytest.raises(ConfigError, match=r"lr 0\.5 → 0\.1\. "):
+        check_run_config(tmp_path, Schema(), [])
+    with pytest.raises(ConfigError, match=r"section.old 1 → 2\. "):
+        check_run_config(tmp_path, Schema(lr=0.5, section=Section(old=2)), [])
+
+
+def test_a_run_started_before_a_key_existed_relaunches_with_its_default(launch):
+    run, run_dir = launch
+    with pytest.raises(Started):
+        run()
+    saved = json.loads((run_dir / "config.json").read_text())
+    del saved["env"]["reuse_contexts"]  # as a launch before env.reuse_contexts wrote it
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(Started):
+        run()
+    with pytest.raises(SystemExit, match=r"env\.reuse_contexts \(absent\) → true"):
+        run("env.reuse_contexts=true")
+    assert not (run_dir / "config_changes.json").exists()
 
 
 def test_an_unknown_key_to_allow_is_a_config_error(launch):
