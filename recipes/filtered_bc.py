@@ -19,7 +19,7 @@ from pathlib import Path
 from recipes.evaluate import evaluate_checkpoint
 from recipes.filtered_bc_config import FilteredBCRunConfig
 from recipes.webrl import keep_config, launch_fabric, recipe_config
-from webrl.baselines import phase_rollouts, top_scored
+from webrl.baselines import phase_rollouts, successful, top_scored
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import is_success
 from webrl.report import format_comparison
@@ -35,7 +35,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     settings = config.filtered_bc
     try:
         rollouts = phase_rollouts(Path(settings.source_run), settings.source_phase)
-        kept, threshold = top_scored(rollouts, settings.percentile)
+        if settings.score == "orm":
+            kept, threshold = top_scored(rollouts, settings.percentile)
+        else:
+            kept, threshold = successful(rollouts)
     except (ValueError, FileNotFoundError) as err:
         raise SystemExit(f"config error: {err}") from None
     out_dir = Path(config.output_dir)
@@ -45,8 +48,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         sft, demos = ensure_sft(config, fabric, env)
         target = out_dir / "actor"
         print(
-            f"[filtered_bc] {len(kept)} of {len(rollouts)} phase-{settings.source_phase} rollouts score >= "
-            f"{threshold:.3f} (percentile {settings.percentile:g}); training on them + {len(demos)} demonstrations"
+            f"[filtered_bc] {len(kept)} of {len(rollouts)} phase-{settings.source_phase} rollouts have a "
+            f"{settings.score} >= {threshold:.3f}; training on them + {len(demos)} demonstrations"
         )
         metrics: dict[str, float] = {}
         if not is_built(target):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from webrl.config_checks import at_least, within
+from webrl.config_checks import at_least, one_of, within
 from webrl.loop_config import WebRLConfig
 from webrl.stage_settings import StageSettings
 
@@ -26,6 +26,9 @@ class FilteredBCConfig:
     """The WebRL run whose labelled rollouts are filtered (its `phase_NNN/labelled.jsonl`)."""
     source_phase: int = 1
     """Phase of `source_run` whose rollouts are used."""
+    score: str = "orm"
+    """What ranks the rollouts: `orm` (the paper: the ORM score's `percentile`) or `outcome` (the successes by the
+    reward the run trained on, for runs without ORM labels; `percentile` is then unused)."""
     percentile: float = 70.0
     """Keep rollouts whose ORM score is at or above this percentile of the phase's scores."""
     train: StageSettings = field(default_factory=lambda: StageSettings(lr=1e-4, epochs=1.0, batch_size=8))
@@ -41,5 +44,6 @@ class FilteredBCRunConfig(WebRLConfig):
         """The run's checks, then the baseline's; each error names the key."""
         super().validate()
         self.filtered_bc.train.validate("filtered_bc.train")
+        one_of("filtered_bc.score", self.filtered_bc.score, ("orm", "outcome"))
         within("filtered_bc.percentile", self.filtered_bc.percentile, 0, 100)
         at_least("filtered_bc.source_phase", self.filtered_bc.source_phase, 0)

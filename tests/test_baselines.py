@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webrl.baselines import percentile, phase_rollouts, top_scored
+from webrl.baselines import percentile, phase_rollouts, successful, top_scored
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.report import format_comparison
 from webrl.run_layout import RunLayout
@@ -33,6 +33,20 @@ def test_top_scored_keeps_the_trajectories_at_or_above_the_threshold():
 def test_top_scored_names_an_unscored_trajectory():
     with pytest.raises(ValueError, match="t1.*reward.orm_labels=true"):
         top_scored([scored("t0", 0.5), scored("t1", None)], 70)
+
+
+def test_successful_keeps_the_successes_by_the_training_outcome_whatever_their_share():
+    outcomes = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]  # 20 % succeed: a 70th percentile would be 0
+    trajectories = [Trajectory(task=scored(f"t{i}", None).task, outcome=o) for i, o in enumerate(outcomes)]
+    assert percentile(outcomes, 70) == 0.0
+    kept, threshold = successful(trajectories)
+    assert [t.task.task_id for t in kept] == ["t0", "t9"] and threshold == 0.5
+
+
+def test_successful_names_an_unlabelled_trajectory():
+    labelled = Trajectory(task=scored("t0", None).task, outcome=1.0)
+    with pytest.raises(ValueError, match="t1.*filtered_bc.score=outcome"):
+        successful([labelled, Trajectory(task=scored("t1", None).task)])
 
 
 def test_phase_rollouts_names_the_missing_run(tmp_path):

@@ -75,6 +75,15 @@ def test_a_bad_value_is_one_line_naming_key_value_and_what_is_allowed(override, 
     assert allowed in message, message
 
 
+def test_a_bad_filtered_bc_score_names_the_key_and_the_choices():
+    from recipes.filtered_bc_config import FilteredBCRunConfig
+
+    with pytest.raises(SystemExit) as exit_info:
+        recipe_config(["filtered_bc.score=evaluator"], FilteredBCRunConfig)
+    message = str(exit_info.value.code)
+    assert message.startswith("config error: filtered_bc.score='evaluator': ") and "orm, outcome" in message, message
+
+
 def test_lora_keys_are_off_by_default_and_load_from_overrides():
     assert recipe_config([]).actor.lora.active() is None
     assert recipe_config([]).critic.lora.active() is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from webrl.data.trajectory import Trajectory, read_trajectories
+from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, is_success, read_trajectories
 from webrl.run_layout import RunLayout
 
 
@@ -25,10 +25,26 @@ def top_scored(trajectories: list[Trajectory], q: float) -> tuple[list[Trajector
     if unscored:
         raise ValueError(
             f"{len(unscored)} trajectories have no ORM score (e.g. {unscored[0]}): Filtered BC needs a run "
-            "labelled by the ORM (reward.orm_labels=true, the default)"
+            "labelled by the ORM (reward.orm_labels=true, the default), or filtered_bc.score=outcome"
         )
     threshold = percentile([t.orm_score for t in trajectories], q)
     return [t for t in trajectories if t.orm_score >= threshold], threshold
+
+
+def successful(trajectories: list[Trajectory]) -> tuple[list[Trajectory], float]:
+    """The trajectories whose training outcome is a success, and that threshold.
+
+    For a run rewarded by the evaluators without ORM labels (`reward.orm_labels=false`, as the SmolLM2 runs
+    save the ORM's 38 minutes) the outcome is 0 or 1; a percentile of such labels keeps every rollout once
+    fewer than 30 % succeed, so the successes themselves are what is cloned.
+    """
+    unlabelled = [t.task.task_id for t in trajectories if t.outcome is None]
+    if unlabelled:
+        raise ValueError(
+            f"{len(unlabelled)} trajectories have no training outcome (e.g. {unlabelled[0]}): "
+            "filtered_bc.score=outcome needs a run whose labels stage finished"
+        )
+    return [t for t in trajectories if is_success(t.outcome)], SUCCESS_THRESHOLD
 
 
 def phase_rollouts(run_dir: Path, phase: int) -> list[Trajectory]:
