@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, is_success, read_trajectories
+from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, read_trajectories
 from webrl.run_layout import RunLayout
 
 
@@ -44,7 +44,7 @@ def successful(trajectories: list[Trajectory]) -> tuple[list[Trajectory], float]
             f"{len(unlabelled)} trajectories have no training outcome (e.g. {unlabelled[0]}): "
             "filtered_bc.score=outcome needs a run whose labels stage finished"
         )
-    return [t for t in trajectories if is_success(t.outcome)], SUCCESS_THRESHOLD
+    return [t for t in trajectories if t.succeeded], SUCCESS_THRESHOLD
 
 
 def phase_rollouts(run_dir: Path, phase: int) -> list[Trajectory]:
