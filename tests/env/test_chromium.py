@@ -139,3 +139,23 @@ def test_a_non_root_launch_keeps_the_sandbox_unless_it_cannot_start(run, monkeyp
     first, second = launches.read_text().splitlines()
     assert "--no-sandbox" not in first.split() and "--no-sandbox" in second.split()
     assert "sandbox cannot start here" in caplog.text
+
+
+def test_the_launch_disables_playwrights_features_and_webrls_in_its_last_switch(run):
+    """Chromium keeps only the last `--disable-features`: the pool's (after Playwright's) must name both lists.
+
+    Fails when a Playwright upgrade disables a feature PLAYWRIGHT_DISABLED_FEATURES lacks: add it there.
+    """
+    pool = BrowserPool(BrowserConfig(max_concurrency=1))
+    run(pool.start())
+    try:
+        pid = run(pool.browser_pid())
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            args = cmdline.read().decode().split("\0")
+    finally:
+        run(pool.close())
+    switches = [set(arg.split("=", 1)[1].split(",")) for arg in args if arg.startswith("--disable-features=")]
+    assert len(switches) == 2  # Playwright's own, then the pool's
+    playwrights, effective = switches
+    assert playwrights <= effective
+    assert set(chromium.DISABLED_FEATURES) <= effective

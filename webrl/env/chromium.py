@@ -24,6 +24,34 @@ SYSTEM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/lib/chro
 # The binary itself first: Debian's /usr/bin wrapper keeps a shell process alive as its parent.
 HEADLESS_SHELL_PATHS = ("/usr/lib/chromium/chromium-headless-shell", "/usr/bin/chromium-headless-shell")
 HEADLESS_SHELL_NAMES = ("chromium-headless-shell",)
+PLAYWRIGHT_DISABLED_FEATURES = (
+    "AvoidUnnecessaryBeforeUnloadCheckSync",
+    "DestroyProfileOnBrowserClose",
+    "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable",
+    "LensOverlay",
+    "MediaRouter",
+    "PaintHolding",
+    "ThirdPartyStoragePartitioning",
+    "AvoidCorsURLLoaderRestartOnRedirect",
+    "TcpPortRandomizationWin",
+    "OptimizationHints",
+    "NetworkTimeServiceQuerying",
+    "AimEnabled",
+    "PreconnectToSearch",
+    "msForceBrowserSignIn",
+    "msEdgeUpdateLaunchServicesPreferredVersion",
+)
+"""The features Playwright's launcher disables (its chromiumSwitches, Playwright 1.65). Chromium keeps only the
+last `--disable-features` on its command line, and Playwright puts the launch's own args after its switches, so a
+launch that disables a feature must name these again or turn them back on (tests/env/test_chromium.py checks it)."""
+DISABLED_FEATURES = (
+    # A new RenderFrameHost for every cross-document navigation, where Chromium otherwise reuses the frame's:
+    # a third of the CPU of a navigation, and an episode makes two (its start page, and about:blank in a
+    # reused context's wipe). Nothing a page can see or keep depends on it: each document is new either way.
+    "RenderDocument",
+)
+"""Features webrl turns off, in the one `--disable-features` switch with PLAYWRIGHT_DISABLED_FEATURES."""
 # Flags that make a headless Chromium quiet and robust in containers (measured on this project's CI image).
 # The sandbox is not among them: it stays on unless `sandbox_unavailable_reason` or the launch says otherwise.
 DEFAULT_LAUNCH_ARGS = (
@@ -34,6 +62,7 @@ DEFAULT_LAUNCH_ARGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
+    "--disable-features=" + ",".join(PLAYWRIGHT_DISABLED_FEATURES + DISABLED_FEATURES),
 )
 INSTALL_HINT = (
     "install one with `python -m webrl.env.setup_browser` (uses apt-get as root, else prints the command), "
