@@ -101,6 +101,36 @@ def test_a_button_above_the_view_is_centred_clear_of_a_sticky_header_and_clicked
     assert run(page.evaluate("() => window.childClicks")) == 1
 
 
+_WRAPPED_LINK_JS = """() => {
+  const wrap = document.createElement("p");
+  wrap.style.cssText = "width: 160px; font: 16px/20px sans-serif";
+  wrap.innerHTML = 'Some words that come first <a id="wrapped" href="#">wrapped link</a> and more words after it';
+  wrap.querySelector("a").onclick = () => { window.wrappedClicks = (window.wrappedClicks || 0) + 1; return false; };
+  document.body.prepend(wrap);
+  const box = wrap.querySelector("a").getBoundingClientRect();
+  return document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2).localName;
+}"""
+
+
+def test_a_click_lands_on_the_first_line_of_a_wrapped_link_as_playwrights_would(run, page):
+    """The centre of a link wrapped over two lines is beside both of them: the click goes to its first line."""
+    assert run(page.evaluate(_WRAPPED_LINK_JS)) == "p"
+    link = element_id(run(observe(page)).html, "wrapped link")
+    assert run(execute_action(page, parse_action(f'do(action="Click", element="{link}")'))) is None
+    assert run(page.evaluate("() => window.wrappedClicks")) == 1
+
+
+def test_a_click_on_an_element_that_lost_its_area_after_the_observation_is_refused(run, page):
+    html = run(observe(page)).html
+    button = element_id(html, "Visible child")
+    run(page.evaluate("() => document.getElementById('child').style.display = 'contents'"))
+    for action in ("Click", "Hover"):
+        error = run(execute_action(page, parse_action(f'do(action="{action}", element="{button}")')))
+        verb = "clicked" if action == "Click" else "hovered"
+        assert error == f"element {button} has no visible area in the viewport, so it was not {verb}"
+    assert run(page.evaluate("() => window.childClicks")) == 0
+
+
 def test_a_button_below_the_fold_is_scrolled_to_and_clicked(run, page):
     run(page.evaluate("() => document.getElementById('spacer').style.height = '2000px'"))
     html = run(observe(page)).html
