@@ -131,6 +131,40 @@ def test_a_click_on_an_element_that_lost_its_area_after_the_observation_is_refus
     assert run(page.evaluate("() => window.childClicks")) == 0
 
 
+_FIELDS_JS = """() => {
+  const form = document.createElement("div");
+  form.innerHTML = '<input id="plain" value="old text"> <input id="number" type="number" value="7">'
+    + ' <div id="editable" contenteditable="true">old words</div> <input id="locked" readonly value="fixed">';
+  document.body.prepend(form);
+  window.keys = [];
+  form.addEventListener("keydown", (event) => window.keys.push(event.key));
+}"""
+
+
+def test_type_replaces_the_text_and_sends_the_last_character_as_a_keystroke_in_every_kind_of_field(run, page):
+    """Plain fields are filled by the inspect script; the rest (number, contenteditable) by Playwright's fill."""
+    run(page.evaluate(_FIELDS_JS))
+    html = run(observe(page)).html
+    ids = {name: element_id(html, marker) for name, marker in [("plain", "old text"), ("number", 'value="7"')]}
+    ids["editable"] = element_id(html, "old words")
+
+    def type_into(name: str, text: str) -> str | None:
+        return run(execute_action(page, parse_action(f'do(action="Type", argument="{text}", element="{ids[name]}")')))
+
+    assert [type_into("plain", "new"), type_into("number", "42"), type_into("editable", "ab")] == [None] * 3
+    values = run(page.evaluate("() => [plain.value, number.value, editable.textContent, window.keys]"))
+    assert values == ["new", "42", "ab", ["w", "2", "b"]]
+    assert type_into("plain", "x") is None  # the text is cleared with Delete, then x typed
+    assert run(page.evaluate("() => [plain.value, window.keys.slice(3)]")) == ["x", ["Delete", "x"]]
+
+
+def test_type_into_a_read_only_field_fails_as_playwright_does(run, page):
+    run(page.evaluate(_FIELDS_JS))
+    locked = element_id(run(observe(page)).html, 'value="fixed"')
+    error = run(execute_action(page, parse_action(f'do(action="Type", argument="y", element="{locked}")'), 0.5))
+    assert error.startswith("type failed:") and run(page.evaluate("() => locked.value")) == "fixed"
+
+
 def test_a_button_below_the_fold_is_scrolled_to_and_clicked(run, page):
     run(page.evaluate("() => document.getElementById('spacer').style.height = '2000px'"))
     html = run(observe(page)).html

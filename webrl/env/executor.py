@@ -60,13 +60,34 @@ NO_EARLIER_PAGE = "there is no earlier page in this tab's history"
 # Hover what covers its centre once it is scrolled into view (first the least scroll, then centred,
 # which clears sticky headers), and for a <select>, which option matches the wanted text (exact
 # text, then value, then case-insensitive), so a missing option is an immediate error instead of
-# select_option waiting for its timeout.
+# select_option waiting for its timeout. For a Type or Search into a plain text field (`fill`), it
+# also does what Playwright's fill does there: select the field's text and focus it (`typing`).
 _INSPECT_JS = """
-({selector, wanted, reach}) => {
+({selector, wanted, reach, fill}) => {
+  // The fields Playwright's fill types into (input of these types, textarea) once they are visible, enabled,
+  // editable and not inert, as it checks them. Anything else (a contenteditable, a number or date input, a
+  // disabled, read-only or aria-disabled field, a modal dialog open) is left to Playwright's fill itself.
+  const plainTextField = (el) => {
+    const types = new Set(["", "email", "password", "search", "tel", "text", "url"]);
+    const field = (el.localName === "input" && types.has(el.type.toLowerCase())) || el.localName === "textarea";
+    if (!field || el.matches(":disabled") || el.readOnly || el.closest("[aria-disabled], [inert]")) return false;
+    if (document.querySelector(":modal") !== null) return false;
+    const box = el.getBoundingClientRect();
+    return el.checkVisibility() && getComputedStyle(el).visibility === "visible" && box.width > 0 && box.height > 0;
+  };
   const el = document.querySelector(selector);
   if (!el) return null;
   const link = el.closest("a[href]");
   const info = {opensTab: !!link && link.target === "_blank", isSelect: el.localName === "select", option: -1};
+  info.typing = fill && plainTextField(el);
+  if (info.typing && el.localName === "input") {
+    el.select();
+    el.focus();
+  } else if (info.typing) {
+    el.selectionStart = 0;
+    el.selectionEnd = el.value.length;
+    el.focus();
+  }
   const cover = (block) => {
     el.scrollIntoView({behavior: "instant", block, inline: block});
     const r = el.getBoundingClientRect();
@@ -106,6 +127,24 @@ _INSPECT_JS = """
   }
   info.options = options.map((o) => norm(o.textContent));
   return info;
+}
+"""
+# Playwright's focus before a key press into an element (its focusNode): focused already, the caret stays; newly
+# focused, an input's caret goes to its start. False when the element is gone (then Playwright's own call waits).
+_FOCUS_JS = """
+(selector) => {
+  const el = document.querySelector(selector);
+  if (!el) return false;
+  const active = el.getRootNode().activeElement;
+  const wasFocused = active === el && document.hasFocus();
+  if (el.isContentEditable && !wasFocused && active && active.blur) active.blur();
+  el.focus();
+  if (!wasFocused && el.localName === "input") {
+    try {
+      el.setSelectionRange(0, 0);
+    } catch (err) {}
+  }
+  return true;
 }
 """
 
@@ -176,6 +215,11 @@ async def _select(locator: Any, info: dict, action: Action, timeout_ms: float) -
     return None
 
 
+async def _focused(page: Any, selector: str, info: dict) -> bool:
+    """Focus a field the inspect script readied for typing, as Playwright would; False: leave it to Playwright."""
+    return info["typing"] and await page.evaluate(_FOCUS_JS, selector)
+
+
 async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> str | None:
     name = action.name
     if name == "exit":
@@ -207,7 +251,9 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
     selector = element_selector(action.element or "")
     wanted = action.argument if name == "select" else None
     reach = name in ("click", "hover")
-    info = await evaluate_settled(page, _INSPECT_JS, {"selector": selector, "wanted": wanted, "reach": reach})
+    fill = name in ("type", "search")
+    arg = {"selector": selector, "wanted": wanted, "reach": reach, "fill": fill}
+    info = await evaluate_settled(page, _INSPECT_JS, arg)
     if info is None:
         return f"element {action.element} is not in the page (use an id from the current observation)"
     if reach and info["cover"]:
@@ -230,10 +276,19 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
         # Replace the content in one go (typing key by key costs a round trip per character), then
         # type the last character as a real keystroke so key-driven widgets (autocomplete) react.
         text = action.argument or ""
-        await locator.fill(text[:-1], timeout=timeout_ms)
-        if text:
+        if not info["typing"]:
+            await locator.fill(text[:-1], timeout=timeout_ms)
+        elif text[:-1]:
+            await page.keyboard.insert_text(text[:-1])
+        else:
+            await page.keyboard.press("Delete")
+        if text and await _focused(page, selector, info):
+            await page.keyboard.type(text[-1])
+        elif text:
             await locator.press_sequentially(text[-1], timeout=timeout_ms)
-        if name == "search":
+        if name == "search" and await _focused(page, selector, info):
+            await page.keyboard.press("Enter")
+        elif name == "search":
             await locator.press("Enter", timeout=timeout_ms)
     elif name == "select":
         return await _select(locator, info, action, timeout_ms)
