@@ -141,7 +141,8 @@ class ReusedContext:
             await self._cdp.send("DOMStorage.clear", {"storageId": storage})
         await self.page.goto("about:blank")
         await self._cdp.send("Emulation.setScriptExecutionDisabled", {"value": False})
-        await self.page.evaluate("() => { window.name = ''; }")
+        # Through the tab's CDP session: page.evaluate would first install Playwright's helper script in about:blank.
+        await self._cdp.send("Runtime.evaluate", {"expression": "window.name = ''"})
 
     async def release(self) -> None:
         """Nothing: the pool wipes the context (`wipe`) once the episode is over, or closes it."""
