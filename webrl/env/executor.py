@@ -220,6 +220,42 @@ async def _focused(page: Any, selector: str, info: dict) -> bool:
     return info["typing"] and await page.evaluate(_FOCUS_JS, selector)
 
 
+async def _reach(page: Any, name: str, info: dict, timeout_ms: float) -> None:
+    """Click or Hover with the mouse at the point the inspect script found (where a forced Playwright click lands)."""
+    x, y = info["point"]["x"], info["point"]["y"]
+    if name == "hover":
+        await page.mouse.move(x, y)
+    elif info["opensTab"]:
+        # Wait for the new tab to exist, so the episode can follow it before observing.
+        async with page.context.expect_page(timeout=timeout_ms):
+            await page.mouse.click(x, y)
+    else:
+        await page.mouse.click(x, y)
+
+
+async def _type(page: Any, locator: Any, selector: str, action: Action, info: dict, timeout_ms: float) -> None:
+    """Replace the field's content in one go, then type the last character as a real keystroke.
+
+    Typing key by key costs a round trip per character; the last keystroke is what key-driven widgets
+    (autocomplete) react to. Search then presses Enter in the field.
+    """
+    text = action.argument or ""
+    if not info["typing"]:
+        await locator.fill(text[:-1], timeout=timeout_ms)
+    elif text[:-1]:
+        await page.keyboard.insert_text(text[:-1])
+    else:
+        await page.keyboard.press("Delete")
+    if text and await _focused(page, selector, info):
+        await page.keyboard.type(text[-1])
+    elif text:
+        await locator.press_sequentially(text[-1], timeout=timeout_ms)
+    if action.name == "search" and await _focused(page, selector, info):
+        await page.keyboard.press("Enter")
+    elif action.name == "search":
+        await locator.press("Enter", timeout=timeout_ms)
+
+
 async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> str | None:
     name = action.name
     if name == "exit":
@@ -262,34 +298,10 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
         verb = "clicked" if name == "click" else "hovered"
         return f"element {action.element} has no visible area in the viewport, so it was not {verb}"
     locator = page.locator(selector).first
-    if name == "click":
-        x, y = info["point"]["x"], info["point"]["y"]
-        if info["opensTab"]:
-            # Wait for the new tab to exist, so the episode can follow it before observing.
-            async with page.context.expect_page(timeout=timeout_ms):
-                await page.mouse.click(x, y)
-        else:
-            await page.mouse.click(x, y)
-    elif name == "hover":
-        await page.mouse.move(info["point"]["x"], info["point"]["y"])
+    if name in ("click", "hover"):
+        await _reach(page, name, info, timeout_ms)
     elif name in ("type", "search"):
-        # Replace the content in one go (typing key by key costs a round trip per character), then
-        # type the last character as a real keystroke so key-driven widgets (autocomplete) react.
-        text = action.argument or ""
-        if not info["typing"]:
-            await locator.fill(text[:-1], timeout=timeout_ms)
-        elif text[:-1]:
-            await page.keyboard.insert_text(text[:-1])
-        else:
-            await page.keyboard.press("Delete")
-        if text and await _focused(page, selector, info):
-            await page.keyboard.type(text[-1])
-        elif text:
-            await locator.press_sequentially(text[-1], timeout=timeout_ms)
-        if name == "search" and await _focused(page, selector, info):
-            await page.keyboard.press("Enter")
-        elif name == "search":
-            await locator.press("Enter", timeout=timeout_ms)
+        await _type(page, locator, selector, action, info, timeout_ms)
     elif name == "select":
         return await _select(locator, info, action, timeout_ms)
     else:
