@@ -298,9 +298,9 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
         verb = "clicked" if name == "click" else "hovered"
         return f"element {action.element} has no visible area in the viewport, so it was not {verb}"
     locator = page.locator(selector).first
-    if name in ("click", "hover"):
+    if reach:
         await _reach(page, name, info, timeout_ms)
-    elif name in ("type", "search"):
+    elif fill:
         await _type(page, locator, selector, action, info, timeout_ms)
     elif name == "select":
         return await _select(locator, info, action, timeout_ms)
