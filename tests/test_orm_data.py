@@ -27,6 +27,7 @@ from webrl.orm_data import (
     ORMDataBuilder,
     balance,
     final_answer,
+    fresh_variants,
     source_counts,
     truncated_responses,
     wrong_answer_responses,
@@ -197,8 +198,26 @@ def test_the_orm_cache_dir_changes_with_its_data_settings():
         key(positive_fraction=0.4),
         key(hard_negative_tasks=16),
         key(actor_rollouts=False),
+        key(actor_variants=1),
     ]
     assert len({plain, *changed}) == len(changed) + 1
+
+
+def test_fresh_variants_never_repeat_a_train_validation_or_test_tasks_values():
+    from webrl.env.splits import TRAIN_FIT, load_split, reinstantiate_for
+
+    def values(tasks: list[Task]) -> set[tuple]:
+        return {(t.intent_template_id, repr(sorted(t.instantiation_dict.items()))) for t in tasks}
+
+    train, validation, test = load_split(TRAIN_FIT), load_split("validation"), load_split("test")
+    seeds = random.Random(0).sample(train, 40)
+    draw = lambda task, rng, n: reinstantiate_for(TRAIN_FIT, task, rng, n, {})  # noqa: E731
+    variants = fresh_variants(seeds, draw, 2, seed=5, known=train)
+    assert 40 <= len(variants) <= 80
+    assert len(values(variants)) == len(variants) == len({t.task_id for t in variants})
+    assert not values(variants) & (values(train) | values(validation) | values(test))
+    assert {t.intent_template_id for t in variants} <= {t.intent_template_id for t in seeds}
+    assert [t.task_id for t in fresh_variants(seeds, draw, 2, seed=5, known=train)] == [t.task_id for t in variants]
 
 
 def test_cached_demonstrations_start_at_this_launchs_sites(env, tmp_path):

@@ -122,6 +122,7 @@ def test_the_orm_cache_changes_with_its_inputs_and_only_with_them(tmp_path):
         "rollout.temperature=0.3",
         "seed=1",
         "fabric.precision=bf16-mixed",
+        "orm.data.actor_variants=1",
     ):
         assert name(_config(tmp_path, changed)) != plain, changed
     for unrelated in ("actor.train.lr=0.5", "phases=9", "sft.train.lr=0.5", "critic.train.lr=0.5", *EPISODE_NEUTRAL):
@@ -136,11 +137,25 @@ def test_the_orm_data_is_kept_across_training_settings_and_redrawn_when_its_sour
     assert plain.startswith("orm-data-") and name(_config(tmp_path, "orm.train.epochs=1")) == plain
     assert name(_config(tmp_path, "orm.train.lr=0.5")) == plain
     assert name(_config(tmp_path), sft="/cache/sft-2") != plain
-    for changed in ("orm.rollout_tasks=7", "orm.data.solver_noise=[0.2]", "env.max_steps=9", "rollout.temperature=0.3"):
+    for changed in (
+        "orm.rollout_tasks=7",
+        "orm.data.solver_noise=[0.2]",
+        "orm.data.actor_variants=1",
+        "env.max_steps=9",
+        "rollout.temperature=0.3",
+    ):
         assert name(_config(tmp_path, changed)) != plain, changed
     assert name(_config(tmp_path, "env.html_chars=900")) != plain
     for neutral in EPISODE_NEUTRAL:
         assert name(_config(tmp_path, neutral)) == plain, neutral
+
+
+def test_orm_keys_without_actor_variants_hash_as_before_the_key_existed(tmp_path):
+    """`orm.data.actor_variants` at 0 is left out of the ORM keys, so the ORMs and data built before it keep theirs."""
+    config = _config(tmp_path)
+    before = {name: value for name, value in dataclasses.asdict(config.orm.data).items() if name != "actor_variants"}
+    assert cache_key(config.orm.data.cache_fields()) == cache_key(before)
+    assert cache_key(config.orm.cache_fields()) == cache_key({**dataclasses.asdict(config.orm), "data": before})
 
 
 def test_the_episode_settings_of_a_default_env_key_as_the_whole_env_did(tmp_path):

@@ -254,6 +254,10 @@ class ORMDataConfig:
 
     actor_rollouts: bool = True
     """Roll out the SFT actor (orm.rollout_tasks, rollout.temperature): its mistakes are the ones the ORM will judge."""
+    actor_variants: int = 0
+    """Also roll the actor out on this many fresh-value variants of each of those tasks (embedded sites): a fitted actor
+    repeats its training tasks (the SmolLM2 two-epoch actor: 88 % success at temperature 1) and shows its mistakes on
+    new values, the tasks the curriculum hands it and the ORM judges. 0 = none."""
     demonstrations: bool = True
     """Add the demonstrations (evaluator-scored successes): the cleanest positives there are."""
     solver_noise: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5])
@@ -281,6 +285,14 @@ class ORMDataConfig:
         at_least("orm.data.hard_negative_tasks", self.hard_negative_tasks, 0, "(0 = all)")
         within("orm.data.positive_fraction", self.positive_fraction, 0, 1, open_low=True, open_high=True)
         at_least("orm.data.concurrency", self.concurrency, 1)
+        at_least("orm.data.actor_variants", self.actor_variants, 0, "(0 = none)")
+
+    def cache_fields(self) -> dict[str, Any]:
+        """What an ORM cache key hashes: `actor_variants` only when set, so caches built before it keep their keys."""
+        fields = dataclasses.asdict(self)
+        if not self.actor_variants:
+            del fields["actor_variants"]
+        return fields
 
 
 @dataclass
@@ -298,6 +310,10 @@ class ORMConfig:
         self.train.validate("orm.train")
         at_least("orm.rollout_tasks", self.rollout_tasks, 0, "(0 = all)")
         self.data.validate()
+
+    def cache_fields(self) -> dict[str, Any]:
+        """What the ORM's cache key hashes: every field, `data` as `ORMDataConfig.cache_fields` gives it."""
+        return {**dataclasses.asdict(self), "data": self.data.cache_fields()}
 
 
 @dataclass

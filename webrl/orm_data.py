@@ -4,6 +4,7 @@ Trained only on the SFT actor's rollouts, the ORM sees few successes and one pol
 sources here (`orm.data`) widen both classes:
 
 - `actor`: the SFT actor's sampled rollouts (the trajectories the ORM will judge);
+- `actor_variants`: its rollouts on fresh-value variants of those tasks, where a fitted actor makes its mistakes;
 - `demonstrations`: the reference solver's evaluator-scored successes;
 - `solver_noise_<p>`: the reference solver with random detours and wrong answers at noise p
   (`webrl.env.noisy_solver`), successes and failures from the same states;
@@ -21,8 +22,9 @@ so an interrupted build resumes. `balance` then subsamples the larger class to `
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,8 @@ from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import WebRLConfig
 from webrl.web_environment import WebEnvironment
 
+ACTOR_SOURCES = ("actor", "actor_variants")
+"""The sources the SFT actor itself runs, at the rollouts' concurrency (the others run at `orm.data.concurrency`)."""
 SOURCE_KEY = "orm_source"
 """The trajectory metadata key naming the source a training trajectory came from."""
 
@@ -138,6 +142,34 @@ def actor_rollout_tasks(config: WebRLConfig, env: WebEnvironment) -> list[Task]:
     return env.suite(config.env.train_split, config.orm.rollout_tasks, config.seed + 1)
 
 
+def fresh_variants(
+    tasks: Sequence[Task],
+    reinstantiate: Callable[[Task, random.Random, int], list[Task]],
+    n: int,
+    seed: int,
+    known: Sequence[Task] = (),
+) -> list[Task]:
+    """Up to `n` variants of each task (`reinstantiate(task, rng, n)`), none with the values of a `known` task.
+
+    `known` is the train split: a variant that repeats a train task's values would be a rollout of a task the
+    actor was trained on (or the threshold is calibrated on), which is what the variants are there to avoid.
+    Variants drawn twice (two tasks of a template can draw the same values) are kept once.
+    """
+    rng = random.Random(seed)
+    seen = {_values_of(task) for task in known}
+    variants = []
+    for task in tasks:
+        for variant in reinstantiate(task, rng, n):
+            if _values_of(variant) not in seen:
+                seen.add(_values_of(variant))
+                variants.append(variant)
+    return variants
+
+
+def _values_of(task: Task) -> tuple[Any, str]:
+    return task.intent_template_id, json.dumps(task.instantiation_dict, sort_keys=True)
+
+
 class ORMDataBuilder:
     """Runs each source of `config.orm.data` through the episode driver into `data_dir`, then balances them.
 
@@ -165,6 +197,8 @@ class ORMDataBuilder:
         engineless = self.config.engines.engine_index(self.fabric.global_rank, self.config.fabric) is None
         if data.actor_rollouts and (actor is not None or engineless):
             made += self.run("actor", actor, actor_rollout_tasks(self.config, self.env), evaluation=False)
+        if data.actor_variants and (actor is not None or engineless):
+            made += self.actor_variants(actor)
         if data.demonstrations:
             made += _tagged(demonstrations, "demonstrations")
         solver_noise = data.solver_noise if self.config.env.suite == "embedded" else []
@@ -177,6 +211,22 @@ class ORMDataBuilder:
         made += self.hard_negatives(demonstrations)
         kept = balance(made, data.positive_fraction, seed)
         return kept, source_counts(made, kept)
+
+    def actor_variants(self, actor: InferenceEngine | None) -> list[Trajectory]:
+        """The actor's rollouts on `orm.data.actor_variants` fresh-value variants of each of its rollout tasks."""
+        if self.config.env.suite != "embedded":
+            self.fabric.print(
+                "[orm] fresh-value variants need the embedded sites' templates; actor_variants is left out"
+            )
+            return []
+        tasks = fresh_variants(
+            actor_rollout_tasks(self.config, self.env),
+            self.env.reinstantiate,
+            self.config.orm.data.actor_variants,
+            self.config.seed + 4,
+            known=self.env.suite(self.config.env.train_split, 0, self.config.seed),
+        )
+        return self.run("actor_variants", actor, tasks, evaluation=False)
 
     def hard_negatives(self, demonstrations: list[Trajectory]) -> list[Trajectory]:
         """The truncated and wrong-answer variants of a seeded sample of demonstrations, replayed and scored."""
@@ -216,7 +266,7 @@ class ORMDataBuilder:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path = self.data_dir / f"{name}.rank{fabric.global_rank}.jsonl"
         fabric.print(f"[orm] {name}: {len(tasks)} episodes")
-        concurrency = None if name == "actor" else self.config.orm.data.concurrency
+        concurrency = None if name in ACTOR_SOURCES else self.config.orm.data.concurrency
         trajectories, _ = self.env.run_episodes(
             engine,
             shard,

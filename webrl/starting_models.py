@@ -318,7 +318,7 @@ def orm_dir(config: WebRLConfig, sft: Path) -> Path:
     """
     key = cache_key(
         str(sft),
-        config.orm,
+        config.orm.cache_fields(),
         config.env.episode_settings(),
         config.rollout.temperature,
         config.seed,
@@ -334,7 +334,7 @@ def orm_data_dir(config: WebRLConfig, sft: Path) -> Path:
     key = cache_key(
         str(sft),
         config.orm.rollout_tasks,
-        config.orm.data,
+        config.orm.data.cache_fields(),
         config.env.episode_settings(),
         config.rollout.temperature,
         config.seed,
