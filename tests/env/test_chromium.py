@@ -159,3 +159,29 @@ def test_the_launch_disables_playwrights_features_and_webrls_in_its_last_switch(
     playwrights, effective = switches
     assert playwrights <= effective
     assert set(chromium.DISABLED_FEATURES) <= effective
+
+
+def test_the_network_service_and_the_compositor_run_inside_the_browser_process(run):
+    """No GPU or network-service process beside the browser and its renderers (NetworkServiceInProcess2 and
+    --in-process-gpu took effect), and the last `--enable-features` keeps the features Playwright enables."""
+    pool = BrowserPool(BrowserConfig(max_concurrency=1))
+    run(pool.start())
+    try:
+        browser = run(pool.browser())
+        context = run(browser.new_context())
+        page = run(context.new_page())
+        run(page.goto("data:text/html,<p>drawn</p>"))
+        assert run(page.screenshot())
+        session = run(browser.new_browser_cdp_session())
+        processes = run(session.send("SystemInfo.getProcessInfo"))["processInfo"]
+        pid = next(p["id"] for p in processes if p["type"] == "browser")
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            args = cmdline.read().decode().split("\0")
+    finally:
+        run(pool.close())
+    assert {p["type"] for p in processes} == {"browser", "renderer"}
+    switches = [set(arg.split("=", 1)[1].split(",")) for arg in args if arg.startswith("--enable-features=")]
+    assert len(switches) == 2  # Playwright's own, then the pool's
+    playwrights, effective = switches
+    assert playwrights <= effective
+    assert set(chromium.ENABLED_FEATURES) <= effective
