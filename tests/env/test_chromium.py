@@ -163,7 +163,8 @@ def test_the_launch_disables_playwrights_features_and_webrls_in_its_last_switch(
 
 def test_the_network_service_and_the_compositor_run_inside_the_browser_process(run):
     """No GPU or network-service process beside the browser and its renderers (NetworkServiceInProcess2 and
-    --in-process-gpu took effect), and the last `--enable-features` keeps the features Playwright enables."""
+    --in-process-gpu took effect), the last `--enable-features` keeps the features Playwright enables, and V8
+    collects garbage without helper threads."""
     pool = BrowserPool(BrowserConfig(max_concurrency=1))
     run(pool.start())
     try:
@@ -185,3 +186,4 @@ def test_the_network_service_and_the_compositor_run_inside_the_browser_process(r
     playwrights, effective = switches
     assert playwrights <= effective
     assert set(chromium.ENABLED_FEATURES) <= effective
+    assert "--js-flags=--single-threaded-gc" in args
