@@ -22,7 +22,6 @@ so an interrupted build resumes. `balance` then subsamples the larger class to `
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +34,7 @@ from webrl.distributed import gather_objects
 from webrl.env.actions import ActionParseError, parse_action
 from webrl.env.evaluators import clean_answer
 from webrl.env.noisy_solver import GIVE_UP, exit_response, perturb_answer
+from webrl.env.splits import values_key
 from webrl.inference.engine import InferenceEngine
 from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import WebRLConfig
@@ -167,7 +167,7 @@ def fresh_variants(
 
 
 def _values_of(task: Task) -> tuple[Any, str]:
-    return task.intent_template_id, json.dumps(task.instantiation_dict, sort_keys=True)
+    return task.intent_template_id, values_key(task)
 
 
 class ORMDataBuilder:

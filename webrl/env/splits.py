@@ -67,11 +67,12 @@ def reinstantiate_for(train_split: str, task: Task, rng: random.Random, n: int, 
     if train_split != TRAIN_FIT:
         return reinstantiate(task, rng, n, url_map)
     held = {
-        _values_key(other) for other in load_split(VALIDATION) if other.intent_template_id == task.intent_template_id
+        values_key(other) for other in load_split(VALIDATION) if other.intent_template_id == task.intent_template_id
     }
-    fresh = [new for new in reinstantiate(task, rng, n + len(held), url_map) if _values_key(new) not in held]
+    fresh = [new for new in reinstantiate(task, rng, n + len(held), url_map) if values_key(new) not in held]
     return fresh[:n]
 
 
-def _values_key(task: Task) -> str:
+def values_key(task: Task) -> str:
+    """A task's instantiation values as one comparable string (two tasks of a template with equal values match)."""
     return json.dumps(task.instantiation_dict, sort_keys=True)
