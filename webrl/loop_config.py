@@ -256,7 +256,7 @@ class ORMDataConfig:
     """Roll out the SFT actor (orm.rollout_tasks, rollout.temperature): its mistakes are the ones the ORM will judge."""
     actor_variants: int = 0
     """Also roll the actor out on this many fresh-value variants of each of those tasks (embedded sites): a fitted actor
-    repeats its training tasks (the SmolLM2 two-epoch actor: 88 % success at temperature 1) and shows its mistakes on
+    repeats its training tasks (the SmolLM2 two-epoch actor: 85 % success at temperature 1) and shows its mistakes on
     new values, the tasks the curriculum hands it and the ORM judges. 0 = none."""
     demonstrations: bool = True
     """Add the demonstrations (evaluator-scored successes): the cleanest positives there are."""
