@@ -160,8 +160,9 @@ def fresh_variants(
     variants = []
     for task in tasks:
         for variant in reinstantiate(task, rng, n):
-            if _values_of(variant) not in seen:
-                seen.add(_values_of(variant))
+            values = _values_of(variant)
+            if values not in seen:
+                seen.add(values)
                 variants.append(variant)
     return variants
 
@@ -195,9 +196,10 @@ class ORMDataBuilder:
         made: list[Trajectory] = []
         # A rank that `engines.placement` gives no engine still joins the episodes' gather, with no tasks.
         engineless = self.config.engines.engine_index(self.fabric.global_rank, self.config.fabric) is None
-        if data.actor_rollouts and (actor is not None or engineless):
+        actor_runs = actor is not None or engineless
+        if data.actor_rollouts and actor_runs:
             made += self.run("actor", actor, actor_rollout_tasks(self.config, self.env), evaluation=False)
-        if data.actor_variants and (actor is not None or engineless):
+        if data.actor_variants and actor_runs:
             made += self.actor_variants(actor)
         if data.demonstrations:
             made += _tagged(demonstrations, "demonstrations")
