@@ -16,6 +16,7 @@ BAD_VALUES = [
     ("rollout.temperature=-0.5", "rollout.temperature=-0.5", ">= 0"),
     ("rollout.eval_temperature=-1", "rollout.eval_temperature=-1.0", ">= 0"),
     ("rollout.max_tokens=0", "rollout.max_tokens=0", ">= 1"),
+    ("rollout.samples_per_task=0", "rollout.samples_per_task=0", ">= 1"),
     ("rollout.max_tokens=2048", "rollout.max_tokens=2048", "model.max_length"),
     ("reward.threshold=5", "reward.threshold=5.0", "[0, 1]"),
     ("actor.train.lr=nan", "actor.train.lr=nan", "finite"),

@@ -95,6 +95,22 @@ def test_the_first_curriculum_is_a_seeded_sample_of_the_train_split(tmp_path, fa
     assert [t.task_id for t in loop.layout.tasks(1)] == [t.task_id for t in tasks], "no curriculum: the same tasks"
 
 
+def test_rollouts_run_each_phase_task_samples_per_task_times(tmp_path, fabric, env, monkeypatch):
+    loop = _loop(tmp_path, fabric, env, "curriculum_enabled=false", "rollout.samples_per_task=2")
+    loop._curriculum(0)
+    ran: list[str] = []
+
+    def run_episodes(engine, tasks, out, **_):
+        ran.extend(task.task_id for task in tasks)
+        return [], {}
+
+    monkeypatch.setattr(loop.engine_link, "serve", lambda actor_dir: None)
+    monkeypatch.setattr(env, "run_episodes", run_episodes)
+    loop._rollouts(0)
+    ids = [task.task_id for task in loop.layout.tasks(0)]
+    assert ran == [sample for task_id in ids for sample in (task_id, f"{task_id}~1")]
+
+
 def _infra_failure(task_id: str) -> Trajectory:
     failed = build_trajectory(task_id, outcome=None, eval_reward=0.0)
     failed.status, failed.metadata = "error", {"infra_error": True}

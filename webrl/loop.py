@@ -42,7 +42,7 @@ from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
 from webrl.data.replay import ReplayBuffer
 from webrl.data.steps import StepSample, write_samples
-from webrl.data.trajectory import Task, Trajectory, write_trajectories
+from webrl.data.trajectory import Task, Trajectory, sampled_copies, write_trajectories
 from webrl.engine_link import EngineLink
 from webrl.inference.engine import InferenceEngine
 from webrl.inference.rollout_metrics import rollout_counts
@@ -168,7 +168,9 @@ class PhaseLoop:
         return {**metrics, "curriculum/tasks": float(len(self.layout.tasks(phase)))}
 
     def _rollouts(self, phase: int) -> dict[str, float]:
-        tasks = self._shard(self.env.resolve(self.layout.tasks(phase)))
+        tasks = sampled_copies(
+            self._shard(self.env.resolve(self.layout.tasks(phase))), self.config.rollout.samples_per_task
+        )
         self.engine_link.serve(self.actor_dir(phase))
         out = self.layout.rollouts_path(phase, self.fabric.global_rank)
         seed = stage_seed(self.config.seed, phase, "rollouts") + self.fabric.global_rank

@@ -187,6 +187,9 @@ class RolloutConfig:
     """Training rollouts' temperature (WebRL: 1.0)."""
     top_p: float = 0.9
     """Training rollouts' nucleus threshold (the release's harness: 0.9)."""
+    samples_per_task: int = 1
+    """Training episodes of each phase task (WebRL: 1). Above 1, each task also runs as copies `ID~k`, each with
+    its own sampling seed, so that a task the actor sometimes solves shows both outcomes in one phase."""
     eval_temperature: float = 0.0
     """Evaluation temperature (0 = greedy)."""
     max_tokens: int = 48
@@ -199,6 +202,7 @@ class RolloutConfig:
         at_least("rollout.concurrency", self.concurrency, 1)
         at_least("rollout.temperature", self.temperature, 0)
         within("rollout.top_p", self.top_p, 0, 1, open_low=True)
+        at_least("rollout.samples_per_task", self.samples_per_task, 1)
         at_least("rollout.eval_temperature", self.eval_temperature, 0, "(0 = greedy)")
         at_least("rollout.max_tokens", self.max_tokens, 1)
         if self.engine == "openai" or self.openai_url:

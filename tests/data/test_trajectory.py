@@ -11,6 +11,7 @@ from webrl.data.trajectory import (
     TrajectoryFileError,
     TrajectoryWriter,
     read_trajectories,
+    sampled_copies,
     write_trajectories,
 )
 
@@ -74,3 +75,17 @@ def test_task_from_dict_names_missing_keys():
         Task.from_dict({"task_id": 3})
     task = Task.from_dict({"task_id": 3, "intent": "x", "old_task_id": 9})
     assert task.task_id == "3" and task.to_dict()["old_task_id"] == 9
+
+
+def test_sampled_copies_repeat_each_task_in_a_row_under_ids_of_their_own():
+    tasks = [
+        Task.from_dict({"task_id": i, "intent": f"do {i}", "eval": {"eval_types": ["string_match"]}}) for i in (7, 8)
+    ]
+    assert sampled_copies(tasks, 1) == tasks, "one sample: the tasks themselves"
+    copies = sampled_copies(tasks, 3)
+    assert [t.task_id for t in copies] == ["7", "7~1", "7~2", "8", "8~1", "8~2"]
+    assert copies[0] is tasks[0]
+    assert [t.intent for t in copies] == ["do 7"] * 3 + ["do 8"] * 3
+    assert copies[1].eval == tasks[0].eval and copies[1].to_dict() | {"task_id": "7"} == tasks[0].to_dict()
+    with pytest.raises(ValueError, match="at least 1"):
+        sampled_copies(tasks, 0)

@@ -128,6 +128,22 @@ class Task:
         return cls(**known, extra=extra)
 
 
+def sampled_copies(tasks: Iterable[Task], samples: int) -> list[Task]:
+    """Each task `samples` times in a row: itself, then copies `ID~1` … `ID~(samples-1)` (`rollout.samples_per_task`).
+
+    A copy is its own episode: its own id keeps it apart wherever episodes are keyed by task (a resumed rollout
+    file, the per-request sampling seed), so the copies draw different actions, and the critic sees the same
+    task both solved and failed. The first keeps the task's id, so one sample is the tasks themselves.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    return [
+        task if k == 0 else Task.from_dict({**task.to_dict(), "task_id": f"{task.task_id}~{k}"})
+        for task in tasks
+        for k in range(samples)
+    ]
+
+
 @dataclass
 class Step:
     """One agent turn: what the model saw, what it said, what happened.
