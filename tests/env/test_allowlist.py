@@ -30,6 +30,7 @@ FAST = EpisodeLimits(action_timeout_s=5.0, wait_action_s=0.05)
 BUTTONS = """<!DOCTYPE html><html><body>
 <h1>Ways out</h1>
 <button onclick="location.href = '{out}/js'">Script location</button>
+<button onclick="location.href = '{secure}/secure'">Secure script location</button>
 <form method="post" action="{out}/form"><input name="q" value="secret"><button>Post form</button></form>
 <button onclick="window.open('{out}/popup')">Open window</button>
 <button onclick="window.open('/tab')">Open window on the site</button>
@@ -38,8 +39,11 @@ BUTTONS = """<!DOCTYPE html><html><body>
 <a href="{out}/blank" target="_blank">Outside tab link</a>
 <a href="/tab" target="_blank">Site tab link</a>
 <button onclick="fetch('/redirect').then(() => log('fetch loaded'), () => log('fetch failed'))">Fetch redirect</button>
+<button onclick="tryFetch('{out}/fetched')">Fetch outside</button>
+<button onclick="tryFetch('{secure}/fetched')">Secure fetch outside</button>
 <p id="log">pending</p>
-<script>function log(text) {{ document.getElementById('log').textContent = text; }}</script>
+<script>function log(text) {{ document.getElementById('log').textContent = text; }}
+function tryFetch(url) {{ fetch(url).then(() => log('fetch loaded'), () => log('fetch failed')); }}</script>
 </body></html>"""
 META_REFRESH = """<!DOCTYPE html><html><head><meta http-equiv="refresh" content="0; url={out}/meta"></head>
 <body>Stay</body></html>"""
@@ -82,7 +86,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, SERVICE_WORKER.format(out=out), {"Content-Type": "text/javascript"})
         else:
             pages = {"/buttons": BUTTONS, "/meta": META_REFRESH, "/worker": SERVICE_WORKER_PAGE}
-            self._send(200, pages.get(self.path, "<html><body>inside</body></html>").format(out=out))
+            page = pages.get(self.path, "<html><body>inside</body></html>")
+            self._send(200, page.format(out=out, secure=out.replace("http:", "https:")))
 
     do_POST = do_GET
 
@@ -166,6 +171,8 @@ def test_a_meta_refresh_outside_leaves_the_page_where_it_is(run, pool, servers, 
     ("control", "blocked"),
     [
         ("Script location", "{out}/js"),
+        # https: the proxy would only see a tunnel to host:port, and its refusal would leave an error page.
+        ("Secure script location", "https://{host}/secure"),
         ("Post form", "{out}/form"),
         ("Open window", "{out}/popup"),
         ("Redirect link", "{out}/landing"),
@@ -197,6 +204,32 @@ def test_no_way_out_of_the_site(run, pool, servers, outside_requests, control, b
     assert seen.count(f"{notice} is outside this task's sites") == 1
     told = result if result.observation.html.startswith("blocked: ") else after
     assert told.observation.html.startswith(f"{notice} is outside this task's sites\n")
+
+
+@pytest.mark.parametrize(
+    ("control", "blocked"), [("Fetch outside", "{out}/fetched"), ("Secure fetch outside", "https://{host}/fetched")]
+)
+def test_a_request_outside_fails_and_is_counted_without_a_word_to_the_agent(
+    run, pool, servers, outside_requests, control, blocked
+):
+    """Only navigations are told: a page's own requests elsewhere (fonts, trackers) are no news to the agent."""
+
+    async def scenario():
+        async with pool.episode(page_task("buttons"), _backend(servers), FAST) as ep:
+            observation = await ep.reset()
+            result = await ep.step(f'do(action="Click", element="{element_id(observation.html, control)}")')
+            await _until_blocked(ep)
+            await ep.page.wait_for_function("() => document.getElementById('log').textContent !== 'pending'")
+            after = await ep.step('do(action="Wait")')
+            return result, after, ep.trajectory
+
+    result, after, trajectory = run(scenario())
+    out = _url(servers[1])
+    assert outside_requests == []
+    assert trajectory.metadata["blocked_urls"] == [blocked.format(out=out, host=out.split("//")[1])]
+    assert "fetch failed" in after.observation.html
+    assert result.error is None and after.error is None
+    assert "blocked:" not in result.observation.html + after.observation.html
 
 
 def test_a_window_opened_on_the_site_is_followed(run, pool, servers, outside_requests):
