@@ -46,7 +46,7 @@ class SiteGuard:
         this guard's allowlist.
 
         The route costs CPU (Playwright pauses every request of a routed context, and turns its HTTP
-        cache off: 8 ms more per MiniWoB++ page load, measured), but the OutsideProxy cannot replace
+        cache off: 6–8 ms more per MiniWoB++ page load, measured), but the OutsideProxy cannot replace
         it: a plain-http request reaches the proxy with nothing to say whether it is a navigation,
         and an https one only as a tunnel to `host:port`. The proxy alone would let a page's own
         requests succeed (204) and tell the agent of each, and would turn a refused https navigation
