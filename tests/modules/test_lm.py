@@ -19,6 +19,7 @@ from webrl.modules.lm import (
     convert_smollm2,
     encode_prompt_action,
     load_model_and_tokenizer,
+    model_and_tokenizer,
     pad_batch,
 )
 
@@ -43,6 +44,16 @@ def test_tiny_dir_loads_with_markers_as_single_tokens(tiny_dir):
     assert model.config.head_dim == 64
     assert model.config.vocab_size == len(tokenizer)
     assert GenerationConfig.from_pretrained(tiny_dir).eos_token_id == tokenizer.eos_token_id
+
+
+def test_a_module_takes_a_directory_or_a_model_object_with_its_tokenizer(tiny_dir, tiny):
+    model, tokenizer = tiny
+    loaded, loaded_tokenizer = model_and_tokenizer(tiny_dir, None, None, "ActorModule")
+    assert loaded.config.hidden_size == model.config.hidden_size
+    assert loaded_tokenizer("Home").input_ids == tokenizer("Home").input_ids
+    assert model_and_tokenizer(model, tokenizer, None, "ActorModule") == (model, tokenizer)
+    with pytest.raises(ValueError, match="CriticModule needs the tokenizer that goes with a model object"):
+        model_and_tokenizer(model, None, None, "CriticModule")
 
 
 def test_tiny_model_is_reproducible_from_its_seed(tmp_path, corpus):

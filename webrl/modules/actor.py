@@ -40,9 +40,8 @@ from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import (
     action_token_logprobs,
-    apply_lora,
     collate_actions,
-    load_model_and_tokenizer,
+    model_and_tokenizer,
 )
 from webrl.modules.losses import actor_loss, compute_advantage
 from webrl.modules.settings import ActorLossConfig, AdvantageConfig, LoraSettings
@@ -72,12 +71,7 @@ class ActorModule(WebRLModule):
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
         self.save_init_arguments(require_model(model, "ActorModule"))
-        if isinstance(model, (str, os.PathLike)):
-            model, tokenizer = load_model_and_tokenizer(Path(model), lora=lora)
-        elif lora is not None:
-            model = apply_lora(model, lora)
-        if tokenizer is None:
-            raise ValueError("ActorModule needs the tokenizer that goes with a model object")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, lora, "ActorModule")
         self.model = model
         self.tokenizer = tokenizer
         self.loss_config = loss or ActorLossConfig()

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from peft import PeftModel
@@ -44,9 +43,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from webrl.data.trajectory import SUCCESS_THRESHOLD
 from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.lm import (
-    apply_lora,
     encode_prompt,
-    load_model_and_tokenizer,
+    model_and_tokenizer,
     pad_batch,
     position_ids_from_mask,
 )
@@ -106,12 +104,7 @@ class CriticModule(WebRLModule):
         if head_init_std <= 0:
             raise ValueError(f"head_init_std must be > 0, got {head_init_std}")
         self.save_init_arguments(require_model(model, "CriticModule"))
-        if isinstance(model, (str, os.PathLike)):
-            model, tokenizer = load_model_and_tokenizer(Path(model), lora=lora)
-        elif lora is not None:
-            model = apply_lora(model, lora)
-        if tokenizer is None:
-            raise ValueError("CriticModule needs the tokenizer that goes with a model object")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, lora, "CriticModule")
         self.tokenizer = tokenizer
         self.max_length = max_length
         if isinstance(model, PeftModel):  # the adapters sit in the decoder stack; its base weights stay frozen

@@ -83,6 +83,23 @@ def load_model_and_tokenizer(
     return model, tokenizer
 
 
+def model_and_tokenizer(
+    model: str | os.PathLike | PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase | None,
+    lora: LoraSettings | None,
+    module: str,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """What a module's `model=` argument names: a directory is loaded with its tokenizer, a model object keeps the
+    tokenizer it was given (which it must be); either way with fresh LoRA adapters when `lora` is set."""
+    if isinstance(model, (str, os.PathLike)):
+        return load_model_and_tokenizer(Path(model), lora=lora)
+    if lora is not None:
+        model = apply_lora(model, lora)
+    if tokenizer is None:
+        raise ValueError(f"{module} needs the tokenizer that goes with a model object")
+    return model, tokenizer
+
+
 def _cut_prompt(prompt_ids: list[int], budget: int, bos_id: int | None) -> list[int]:
     """Keep the last `budget` prompt ids, keeping a leading BOS in front of them."""
     if len(prompt_ids) <= budget:

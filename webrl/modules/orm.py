@@ -37,7 +37,7 @@ from webrl.data.prompts import ORM_SYSTEM_PROMPT, ORM_USER_TEMPLATE, build_orm_p
 from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, is_success, orm_accepts
 from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.critic import at_last_token
-from webrl.modules.lm import encode_prompt, load_model_and_tokenizer, pad_batch, position_ids_from_mask
+from webrl.modules.lm import encode_prompt, model_and_tokenizer, pad_batch, position_ids_from_mask
 from webrl.modules.losses import orm_loss, yes_probability
 from webrl.progress import progress_bar
 
@@ -99,10 +99,7 @@ class OutcomeRewardModule(WebRLModule):
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
         self.save_init_arguments(require_model(model, "OutcomeRewardModule"))
-        if isinstance(model, (str, os.PathLike)):
-            model, tokenizer = load_model_and_tokenizer(Path(model))
-        if tokenizer is None:
-            raise ValueError("OutcomeRewardModule needs the tokenizer that goes with a model object")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, None, "OutcomeRewardModule")
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = max_length

@@ -10,13 +10,12 @@ learns to answer, not to reproduce pages. Batches come from `webrl.modules.lm.co
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from webrl.modules.base import WebRLModule, require_model
-from webrl.modules.lm import action_token_logprobs, load_model_and_tokenizer
+from webrl.modules.lm import action_token_logprobs, model_and_tokenizer
 
 
 class SFTModule(WebRLModule):
@@ -33,10 +32,7 @@ class SFTModule(WebRLModule):
     ) -> None:
         super().__init__(lr=lr, weight_decay=weight_decay)
         self.save_init_arguments(require_model(model, "SFTModule"))
-        if isinstance(model, (str, os.PathLike)):
-            model, tokenizer = load_model_and_tokenizer(Path(model))
-        if tokenizer is None:
-            raise ValueError("SFTModule needs the tokenizer that goes with a model object")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, None, "SFTModule")
         self.model = model
         self.tokenizer = tokenizer
 
