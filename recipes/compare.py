@@ -27,6 +27,7 @@ and `.json`.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -107,8 +108,14 @@ def select(names: str) -> tuple[list[Method], list[str]]:
     return [method for method in METHODS if method.name in needed], [m.name for m in METHODS if m.name in asked]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM ends a comparison the way Ctrl-C does, so that the running method's launch is recorded first."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> dict:
     setup_logging()
+    signal.signal(signal.SIGTERM, _interrupt)
     options, overrides = parse_arguments(list(sys.argv[1:] if argv is None else argv))
     try:
         methods, shown = select(options.methods)
@@ -124,6 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
         table = comparison.table(shown)
     except (ConfigError, ValueError, RuntimeError) as err:
         raise SystemExit(f"compare: {err}") from None
+    except KeyboardInterrupt:
+        raise SystemExit("compare: interrupted; the same command resumes the unfinished method") from None
     record = {**table.to_dict(), "commands": {run.method.name: run.command for run in comparison.runs}}
     markdown = table.to_markdown()
     write_json_atomic(options.output_root / f"{TABLE_NAME}.json", record)

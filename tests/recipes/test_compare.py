@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ from webrl.comparison import Comparison, Method
 from webrl.config_checks import ConfigError
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.evaluation.identity import evaluation_settings
+from webrl.evaluation.run_results import launch_seconds
 from webrl.loop_config import WebRLConfig
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState
@@ -123,6 +128,30 @@ def test_bad_arguments_stop_before_anything_runs(tmp_path):
         with pytest.raises(SystemExit, match=message):
             compare.main(["--output-root", str(tmp_path / "cmp"), *argv])
     assert not (tmp_path / "cmp").exists()
+
+
+def test_a_launch_stopped_by_sigterm_still_counts_in_the_wall_time(tmp_path, monkeypatch, quick):
+    """SIGTERM (as recipes.compare handles it) interrupts a running method; its launch is recorded before it stops."""
+    (tmp_path / "sleeping_recipe.py").write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    method = Method("webrl", "WebRL", "sleeping_recipe", WebRLConfig)
+    comparison = Comparison([method], tmp_path / "cmp", [], quick, default_file=DEFAULT_CONFIG, environment={})
+    previous = signal.signal(signal.SIGTERM, compare._interrupt)
+    # To the main thread, which waits on the child, as an outside SIGTERM reaches a comparison's single thread.
+    timer = threading.Timer(1.5, signal.pthread_kill, (threading.main_thread().ident, signal.SIGTERM))
+    started = time.monotonic()
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            comparison.run_missing()
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, previous)
+    assert time.monotonic() - started < 30  # the sleeping child was stopped, not waited for
+    launches = json.loads((tmp_path / "cmp" / "webrl" / "launches.json").read_text())
+    assert [launch["returncode"] for launch in launches] == [None]
+    assert launches[0]["command"][:3] == [sys.executable, "-m", "sleeping_recipe"]
+    assert 1.0 < launch_seconds(tmp_path / "cmp" / "webrl") < 30
 
 
 @pytest.mark.slow

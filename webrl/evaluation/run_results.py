@@ -115,8 +115,9 @@ def launch_seconds(run_dir: Path) -> float | None:
     return float(sum(launch["seconds"] for launch in json.loads(path.read_text(encoding="utf-8"))))
 
 
-def record_launch(run_dir: Path, command: list[str], seconds: float, returncode: int) -> None:
-    """Append one launch of a method (its command, how long it ran, its exit status) to `run_dir/launches.json`."""
+def record_launch(run_dir: Path, command: list[str], seconds: float, returncode: int | None) -> None:
+    """Append one launch of a method (its command, how long it ran, its exit status: None when the comparison was
+    interrupted while it ran) to `run_dir/launches.json`."""
     path = Path(run_dir) / LAUNCHES_FILE
     launches = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     launch = {"command": command, "seconds": seconds, "returncode": returncode, "ended": time.strftime("%FT%T%z")}
