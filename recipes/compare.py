@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
             overrides,
             default_file=DEFAULT_CONFIG,
             environment=WANDB_ENVIRONMENT,
+            family=METHODS,
         )
         comparison.run_missing(reuse_only=options.reuse_only)
         table = comparison.table(shown)

@@ -20,7 +20,7 @@ import dataclasses
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,12 +82,16 @@ class Comparison:
         *,
         default_file: Path,
         environment: Mapping[str, str],
+        family: Sequence[Method] = (),
     ) -> None:
+        """`family`: every method the command knows, selected or not (default: `methods`). An override of a
+        section that only an unselected one has (`filtered_bc.*` with `--methods sft,webrl`) is then left unused
+        rather than refused, so one command line serves every subset of its methods."""
         for item in overrides:
             if item.partition("=")[0].strip() == "output_dir":
                 raise ConfigError(f"{item!r}: each method runs in <output_root>/<method>; set --output-root instead")
         self.output_root = Path(output_root)
-        known = set().union(*(_sections(method.schema) for method in methods))
+        known = set().union(*(_sections(method.schema) for method in [*methods, *family]))
         self.runs = [
             self._plan(method, config_files, overrides, known, default_file, environment) for method in methods
         ]

@@ -94,6 +94,9 @@ def test_reuse_only_tables_the_finished_runs(tmp_path, capsys, quick):
     assert not any(item.startswith("filtered_bc.") for item in record["commands"]["webrl"])
     assert f"filtered_bc.source_run={root / 'webrl'}" in record["commands"]["filtered_bc"]
     assert not (root / "no_replay").exists()  # --reuse-only ran nothing
+    # The same command line with a subset that leaves Filtered BC out: its keys are unused, not refused.
+    subset = ["--reuse-only", "--output-root", str(root), "--methods", "sft,webrl", *quick, "filtered_bc.percentile=50"]
+    assert [row["method"] for row in compare.main(subset)["methods"]] == ["sft", "webrl"]
 
 
 def test_results_on_other_tasks_or_settings_are_refused(tmp_path, quick):
@@ -124,6 +127,7 @@ def test_bad_arguments_stop_before_anything_runs(tmp_path):
         (["output_dir=x"], "set --output-root"),
         (["actor.train.lr=-1"], "method sft: actor.train.lr"),
         (["rolout.engine=hf"], "method sft: command-line override 'rolout.engine=hf'"),
+        (["--methods", "webrl", "filterd_bc.percentile=50"], "method webrl: command-line override 'filterd_bc"),
     ):
         with pytest.raises(SystemExit, match=message):
             compare.main(["--output-root", str(tmp_path / "cmp"), *argv])
