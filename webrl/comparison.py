@@ -170,15 +170,13 @@ class Comparison:
             if run.method.evaluation:
                 # The SFT and evaluation recipes keep no config.json themselves; the comparison keeps one for them.
                 keep_run_config(run.run_dir, run.config, run.config.resume.allow_changes)
-            started = time.monotonic()
+            started, returncode = time.monotonic(), None
             try:
                 returncode = subprocess.run(run.command, check=False).returncode
-            except BaseException:
-                # Interrupted (Ctrl-C, or SIGTERM through recipes.compare): the resume keeps what the launch
-                # finished, so its time belongs to the method's wall time too.
-                record_launch(run.run_dir, run.command, time.monotonic() - started, None)
-                raise
-            record_launch(run.run_dir, run.command, time.monotonic() - started, returncode)
+            finally:
+                # Also when interrupted (Ctrl-C, or SIGTERM through recipes.compare; returncode None): the resume
+                # keeps what the launch finished, so its time belongs to the method's wall time too.
+                record_launch(run.run_dir, run.command, time.monotonic() - started, returncode)
             if returncode != 0:
                 raise RuntimeError(f"method {name} failed (exit status {returncode}): {' '.join(run.command)}")
             if self.result(run) is None:

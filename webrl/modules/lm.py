@@ -92,7 +92,7 @@ def model_and_tokenizer(
     """What a module's `model=` argument names: a directory is loaded with its tokenizer, a model object keeps the
     tokenizer it was given (which it must be); either way with fresh LoRA adapters when `lora` is set."""
     if isinstance(model, (str, os.PathLike)):
-        return load_model_and_tokenizer(Path(model), lora=lora)
+        return load_model_and_tokenizer(model, lora=lora)
     if lora is not None:
         model = apply_lora(model, lora)
     if tokenizer is None:
