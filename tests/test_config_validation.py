@@ -102,6 +102,7 @@ def test_every_shipped_config_file_passes(path):
 
 
 def test_lightning_accepts_every_precision_we_allow():
+    """Every value but `auto` goes to Fabric as it is, and so does each value `auto` becomes."""
     import typing
 
     from lightning.fabric.connector import _PRECISION_INPUT
@@ -109,7 +110,8 @@ def test_lightning_accepts_every_precision_we_allow():
     from webrl.fabric_config import PRECISIONS
 
     accepted = {str(value) for part in typing.get_args(_PRECISION_INPUT) for value in typing.get_args(part)}
-    assert set(PRECISIONS) <= accepted
+    assert set(PRECISIONS) - {"auto"} <= accepted
+    assert "auto" not in accepted
 
 
 @pytest.mark.parametrize("override", ["tracking.wandb_mode=onlin", "fabric.precision=bf15-mixed"])

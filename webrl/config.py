@@ -42,7 +42,7 @@ def load_config(
     `environment` maps to keys (`{"WANDB_MODE": "tracking.wandb_mode"}`) < command-line overrides.
     `--help` prints `usage`, then each key (those under `help_keys`, when given) with the value this
     command would run with and its docstring; `--print-config` prints the checked config as YAML. Both exit.
-    A schema with `resolve_paths` has it called once, before the values are checked, shown or returned.
+    A schema with `resolve` has it called once, before the values are checked, shown or returned.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     wants_help = bool({"--help", "-h"} & set(argv))
@@ -63,9 +63,9 @@ def load_config(
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
         raise ConfigError(_describe_error(err)) from None
-    resolve_paths = getattr(config, "resolve_paths", None)
-    if callable(resolve_paths):
-        resolve_paths()
+    resolve = getattr(config, "resolve", None)
+    if callable(resolve):
+        resolve()
     if wants_help:
         print(help_text(config, usage, help_keys, _sources(default_file, environment or {})))
         raise SystemExit(0)

@@ -63,7 +63,7 @@ def build_fabric(config: FabricConfig, loggers: list[Any] | None = None) -> Fabr
         strategy=strategy,
         devices=config.devices,
         num_nodes=config.num_nodes,
-        precision=config.precision,
+        precision=config.concrete_precision(),
         loggers=loggers,
     )
 

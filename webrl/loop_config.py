@@ -437,12 +437,15 @@ class WebRLConfig:
                 f"must be below model.max_length ({self.model.max_length}), which also holds the prompt",
             )
 
-    def resolve_paths(self) -> None:
-        """Make each path of `PATH_KEYS` absolute, once, as the config is read (`load_config` calls this).
+    def resolve(self) -> None:
+        """Fix what depends on where the config is read, once (`load_config` calls this): paths and `auto` precision.
 
-        Every stage, every process a launcher starts and config.json then name the same places, whatever
-        folder each of them runs in; an empty path (model.actor, model.orm unset) stays empty.
+        Each path of `PATH_KEYS` becomes absolute, so that every stage, every process a launcher starts and
+        config.json name the same places, whatever folder each of them runs in; an empty path (model.actor,
+        model.orm unset) stays empty. `fabric.precision=auto` becomes this machine's precision, so that
+        config.json, the cache keys of the SFT and ORM checkpoints and a resume see the precision that ran.
         """
+        self.fabric.precision = self.fabric.concrete_precision()
         for key in PATH_KEYS:
             section, _, name = key.rpartition(".")
             owner = getattr(self, section) if section else self
