@@ -1,7 +1,7 @@
 """`fabric.precision=auto` and the CPU vLLM engine's dtype follow whether the CPU has bf16 instructions.
 
-The cpuinfo texts are excerpts of real machines: this project's two kinds of 2-core Xeon (one with
-AVX512-BF16, one without) and an aarch64 Neoverse V1.
+The cpuinfo texts are shortened to the lines that matter: the Xeon without BF16 from this project's machine, the
+Xeon with AVX512-BF16/AMX and the aarch64 Neoverse V1 written in the same format with their processors' flags.
 """
 
 from __future__ import annotations

@@ -47,8 +47,10 @@ class FabricConfig:
             return self.precision
         if self.accelerator in ("cuda", "gpu"):
             return "bf16-mixed"
+        if self.accelerator != "cpu":
+            return "32-true"
         native = cpu_computes_bf16() if cpu_bf16 is None else cpu_bf16
-        return "bf16-mixed" if self.accelerator == "cpu" and native else "32-true"
+        return "bf16-mixed" if native else "32-true"
 
     def validate(self) -> None:
         """Raise ConfigError naming the `fabric.<key>` at fault, its value and what is allowed."""

@@ -205,7 +205,7 @@ def test_the_loop_pushes_a_trained_actor_in_memory_exactly_as_a_reload_of_its_di
 
 
 def test_auto_dtype_loads_in_fp32_on_a_cpu_that_emulates_bf16(tiny_model_dir) -> None:
-    """Where bf16 is emulated, vLLM's own `auto` (bf16) decoded SmolLM2 1.7 times slower than fp32."""
+    """Where bf16 is emulated, vLLM's own `auto` (bf16) decoded SmolLM2 1.6 times slower than fp32."""
     from webrl.hardware import cpu_computes_bf16
     from webrl.inference.vllm import VLLMEngine
 
