@@ -52,6 +52,7 @@ BAD_VALUES = [
     ("fabric.precision=bf15-mixed", "fabric.precision='bf15-mixed'", "bf16-mixed"),
     ("fabric.accelerator=tpuu", "fabric.accelerator='tpuu'", "cpu"),
     ("fabric.devices=0", "fabric.devices=0", ">= 1"),
+    ("resume.stage_checkpoint_minutes=-1", "resume.stage_checkpoint_minutes=-1.0", ">= 0 (0 = never)"),
     ("seed=-1", "seed=-1", ">= 0"),
     ("output_dir=''", "output_dir=''", "a directory"),
     ("model.max_length=0", "model.max_length=0", ">= 1"),

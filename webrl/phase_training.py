@@ -30,6 +30,7 @@ from webrl.modules.critic import CriticModule
 from webrl.modules.lm import actor_scorer, load_model_and_tokenizer
 from webrl.run_layout import RunLayout
 from webrl.run_state import PHASE_STEPS, stage_seed
+from webrl.stage_checkpoint import StageCheckpoint
 from webrl.stage_settings import StageSettings
 from webrl.training import save_model_dir, setup_for_training, train_module
 
@@ -115,6 +116,7 @@ def train_critic(
     module, optimizer = setup_for_training(
         fabric, critic, activation_checkpointing=config.fabric.activation_checkpointing
     )
+    checkpoint = StageCheckpoint.beside(layout.critic_path(phase), config.resume.stage_checkpoint_minutes)
     metrics = train_module(
         fabric,
         module,
@@ -123,11 +125,13 @@ def train_critic(
         settings,
         name="critic",
         step_offset=phase * PHASE_STEPS,
+        checkpoint=checkpoint,
     )
     state = full_state_dict(module, merge_lora=False)  # a collective under sharding: every rank calls it
     if fabric.is_global_zero:
         atomic_write(layout.critic_path(phase), partial(torch.save, state))
     fabric.barrier()
+    checkpoint.discard(fabric)
     return metrics
 
 
@@ -163,6 +167,7 @@ def train_actor(
     module, optimizer = setup_for_training(
         fabric, actor, activation_checkpointing=config.fabric.activation_checkpointing
     )
+    checkpoint = StageCheckpoint.beside(layout.actor_dir(phase), config.resume.stage_checkpoint_minutes)
     metrics = scored | train_module(
         fabric,
         module,
@@ -171,9 +176,11 @@ def train_actor(
         settings,
         name="actor",
         step_offset=phase * PHASE_STEPS + PHASE_STEPS // 2,
+        checkpoint=checkpoint,
     )
     state = full_state_dict(actor.model)  # a collective under sharding: every rank calls it
     save_model_dir(fabric, actor.model, tokenizer, layout.actor_dir(phase), {"metrics": metrics}, state=state)
+    checkpoint.discard(fabric)
     return metrics, state
 
 

@@ -29,6 +29,7 @@ from webrl.loop_config import WebRLConfig
 from webrl.modules.orm import OutcomeRewardModule
 from webrl.modules.sft import SFTModule
 from webrl.orm_data import ORMDataBuilder, format_counts
+from webrl.stage_checkpoint import StageCheckpoint
 from webrl.stage_settings import StageSettings
 from webrl.training import is_built, publish_model_dir, save_model_dir, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
@@ -242,8 +243,10 @@ def train_sft(
         fabric, module, activation_checkpointing=config.fabric.activation_checkpointing
     )
     loader = fabric.setup_dataloaders(data.actor_dataloader())
-    metrics = train_module(fabric, wrapped, optimizer, loader, settings, name=name)
+    checkpoint = StageCheckpoint.beside(target, config.resume.stage_checkpoint_minutes)
+    metrics = train_module(fabric, wrapped, optimizer, loader, settings, name=name, checkpoint=checkpoint)
     save_model_dir(fabric, module.model, module.tokenizer, target, {"base": str(base), "metrics": metrics})
+    checkpoint.discard(fabric)
     return metrics
 
 
@@ -285,10 +288,13 @@ def train_orm(
     wrapped, optimizer = setup_for_training(
         fabric, module, activation_checkpointing=config.fabric.activation_checkpointing
     )
-    metrics = train_module(fabric, wrapped, optimizer, fabric.setup_dataloaders(loader), settings, name="orm")
+    checkpoint = StageCheckpoint.beside(target, config.resume.stage_checkpoint_minutes)
+    loader = fabric.setup_dataloaders(loader)
+    metrics = train_module(fabric, wrapped, optimizer, loader, settings, name="orm", checkpoint=checkpoint)
     metrics["orm/examples"] = float(len(examples))
     info = {"base": str(base), "metrics": metrics, "data": data or {}}
     save_model_dir(fabric, module.model, module.tokenizer, target, info)
+    checkpoint.discard(fabric)
     return metrics
 
 

@@ -25,6 +25,7 @@ from webrl.code_version import code_version
 from webrl.data.atomic_io import publish_dir, write_json_atomic
 from webrl.host_memory import release_freed_memory
 from webrl.progress import progress_bar
+from webrl.stage_checkpoint import StageCheckpoint, StageProgress, batches, stage_meta
 from webrl.stage_settings import StageSettings
 
 DONE_MARKER = "webrl_done.json"
@@ -104,50 +105,62 @@ def train_module(
     name: str,
     step_offset: int = 0,
     progress: bool = True,
+    checkpoint: StageCheckpoint | None = None,
 ) -> dict[str, float]:
     """Train `module` (already `fabric.setup`) for `settings.epochs`; returns the stage's mean metrics.
 
-    `step_offset` continues the global step count across phases so that logged curves line up.
+    `step_offset` continues the global step count across phases so that logged curves line up. With a
+    `checkpoint`, the stage resumes from the state saved there by an interrupted launch and saves its
+    own state as often as the checkpoint says (`webrl.stage_checkpoint`); the caller discards it once
+    the stage's product is saved.
     """
     batches_per_epoch = len(dataloader)
     total_batches = max(1, int(round(batches_per_epoch * settings.epochs)))
     total_steps = max(1, math.ceil(total_batches / settings.accumulate))
-    base_lrs = [group["lr"] for group in optimizer.param_groups]
-    sums: dict[str, float] = {}
-    count = 0
-    tokens = 0
-    started = time.perf_counter()
+    meta = stage_meta(name, settings, total_batches, batches_per_epoch, fabric.world_size)
+    base_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads the scheduled ones
+    done = (checkpoint and checkpoint.load(fabric, module, optimizer, meta)) or StageProgress()
+    started = time.perf_counter() - done.seconds
     bar = progress_bar(total=total_batches, desc=name, unit="batch", enabled=progress and fabric.is_global_zero)
+    bar.update(done.batch_index)
     module.train()
-    batch_index = 0
-    while batch_index < total_batches:
-        for batch in dataloader:
-            if batch_index >= total_batches:
-                break
-            step = batch_index // settings.accumulate
-            for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
-                group["lr"] = base * lr_factor(step, total_steps, settings)
-            is_last_micro = (batch_index + 1) % settings.accumulate == 0 or batch_index + 1 == total_batches
-            loss, metrics = train_micro_batch(fabric, module, optimizer, batch, settings, optimizer_step=is_last_micro)
-            values = {key: float(value) for key, value in metrics.items()}
-            for key, value in values.items():
-                sums[key] = sums.get(key, 0.0) + value
-            count += 1
-            if "attention_mask" in batch:
-                tokens += int(batch["attention_mask"].sum())
-            fabric.log_dict({**values, f"{name}/lr": optimizer.param_groups[0]["lr"]}, step=step_offset + batch_index)
-            bar.update(1)
-            bar.set_postfix(loss=f"{values.get(f'{name}/loss', float(loss.detach())):.4f}")
-            batch_index += 1
+    for batch in batches(dataloader, done, total_batches):
+        step = done.batch_index // settings.accumulate
+        for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
+            group["lr"] = base * lr_factor(step, total_steps, settings)
+        is_last_micro = (done.batch_index + 1) % settings.accumulate == 0 or done.batch_index + 1 == total_batches
+        loss, metrics = train_micro_batch(fabric, module, optimizer, batch, settings, optimizer_step=is_last_micro)
+        values = _record(done, batch, metrics)
+        fabric.log_dict({**values, f"{name}/lr": optimizer.param_groups[0]["lr"]}, step=step_offset + done.batch_index)
+        bar.update(1)
+        bar.set_postfix(loss=f"{values.get(f'{name}/loss', float(loss.detach())):.4f}")
+        done.batch_index += 1
+        if checkpoint and is_last_micro and done.batch_index < total_batches and checkpoint.due(fabric):
+            done.seconds = time.perf_counter() - started
+            checkpoint.save(fabric, module, optimizer, done, meta)
     bar.close()
     for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
         group["lr"] = base
-    elapsed = time.perf_counter() - started
-    summary = {key: value / max(1, count) for key, value in sums.items()}
-    summary[f"{name}/steps"] = float(count)
+    return _summary(name, done, time.perf_counter() - started)
+
+
+def _record(done: StageProgress, batch: Any, metrics: dict[str, Any]) -> dict[str, float]:
+    """Add one micro-batch's metrics and tokens to the stage's running totals; its metrics as floats."""
+    values = {key: float(value) for key, value in metrics.items()}
+    for key, value in values.items():
+        done.sums[key] = done.sums.get(key, 0.0) + value
+    done.count += 1
+    if "attention_mask" in batch:
+        done.tokens += int(batch["attention_mask"].sum())
+    return values
+
+
+def _summary(name: str, done: StageProgress, elapsed: float) -> dict[str, float]:
+    summary = {key: value / max(1, done.count) for key, value in done.sums.items()}
+    summary[f"{name}/steps"] = float(done.count)
     summary[f"{name}/seconds"] = elapsed
-    if tokens:
-        summary[f"{name}/tokens_per_s"] = tokens / max(elapsed, 1e-9)
+    if done.tokens:
+        summary[f"{name}/tokens_per_s"] = done.tokens / max(elapsed, 1e-9)
     return summary
 
 

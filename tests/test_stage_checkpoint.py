@@ -1,0 +1,174 @@
+"""A training stage interrupted after a saved checkpoint resumes to the same weights as one never interrupted.
+
+The probe stage draws on everything a resume must put back: AdamW's moments, a warmup-then-cosine
+learning rate that depends on the step, gradient accumulation, dropout (the global RNG) and a loader
+that shuffles with the global RNG at each epoch's start (as the ORM's does), over 2.5 epochs. A crash
+is an exception from the loss after a given number of batches; the relaunch builds everything afresh
+from the same seed, as a new process would.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from lightning.fabric import Fabric
+from safetensors.torch import load_file
+from sample_records import build_trajectory
+from torch.utils.data import DataLoader, TensorDataset
+
+from webrl import training
+from webrl.config import load_config
+from webrl.loop_config import WebRLConfig
+from webrl.stage_checkpoint import META_NAME, StageCheckpoint
+from webrl.stage_settings import StageSettings
+from webrl.starting_models import base_model_dir, train_sft
+from webrl.training import setup_for_training, train_module
+
+SETTINGS = StageSettings(lr=0.05, epochs=2.5, batch_size=2, accumulate=2, warmup_ratio=0.3, schedule="cosine")
+"""8 examples in batches of 2: 4 batches an epoch, 10 in all, 5 optimiser steps."""
+
+
+class Crash(RuntimeError):
+    """The stand-in for a killed process."""
+
+
+class DropoutProbe(torch.nn.Module):
+    """A linear regression behind dropout; `crash_at` raises on that (1-based) batch."""
+
+    def __init__(self, crash_at: int = 0) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 1)
+        self.dropout = torch.nn.Dropout(0.3)
+        self.crash_at = crash_at
+        self.batches = 0
+
+    def compute_loss(self, batch: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        self.batches += 1
+        if self.batches == self.crash_at:
+            raise Crash(f"batch {self.batches}")
+        x, y = batch
+        loss = (self.linear(self.dropout(x)).squeeze(-1) - y).pow(2).mean()
+        return loss, {"probe/loss": loss.detach()}
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=SETTINGS.lr)
+
+
+def _launch(checkpoint: StageCheckpoint | None, crash_at: int = 0) -> tuple[DropoutProbe, dict[str, float]]:
+    """One process's worth: seed, model, loader and stage from scratch, as `python -m ...` would."""
+    torch.manual_seed(7)
+    fabric = Fabric(accelerator="cpu", devices=1)
+    probe = DropoutProbe(crash_at)
+    data = TensorDataset(torch.randn(8, 3), torch.randn(8))
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=SETTINGS.batch_size, shuffle=True))
+    module, optimizer = setup_for_training(fabric, probe)
+    summary = train_module(fabric, module, optimizer, loader, SETTINGS, name="probe", checkpoint=checkpoint)
+    return probe, summary
+
+
+@pytest.mark.parametrize(
+    ("crash_at", "resumed_at"),
+    [(7, 6), (5, 4), (3, 2)],
+    ids=["mid-second-epoch", "at-an-epoch-boundary", "mid-first-epoch"],
+)
+def test_a_resumed_stage_ends_with_the_weights_and_metrics_of_an_uninterrupted_one(
+    tmp_path, capsys, crash_at, resumed_at
+):
+    straight, straight_summary = _launch(None)
+    checkpoint = StageCheckpoint(tmp_path / "stage.resume", every_s=1e-9)  # a save at every optimiser step
+    with pytest.raises(Crash):
+        _launch(checkpoint, crash_at=crash_at)
+    assert (tmp_path / "stage.resume" / META_NAME).exists()
+    resumed, resumed_summary = _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=0))
+    assert f"probe: resuming at batch {resumed_at} of 10" in capsys.readouterr().out
+    assert resumed.batches == 10 - resumed_at, "only the batches after the checkpoint are trained again"
+    for name, weight in straight.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name], weight), name
+    assert resumed_summary["probe/steps"] == straight_summary["probe/steps"] == 10
+    assert resumed_summary["probe/loss"] == pytest.approx(straight_summary["probe/loss"], rel=1e-6)
+
+
+def test_a_checkpoint_that_cannot_be_read_starts_the_stage_over_to_the_same_weights(tmp_path):
+    straight, _ = _launch(None)
+    checkpoint = StageCheckpoint(tmp_path / "stage.resume", every_s=1e-9)
+    with pytest.raises(Crash):
+        _launch(checkpoint, crash_at=7)
+    (tmp_path / "stage.resume" / META_NAME).unlink()  # unreadable: the stage starts over
+    again, _ = _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=0))
+    assert again.batches == 10
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in straight.state_dict().items()), "a rerun is exact"
+
+
+def test_a_checkpoint_of_other_settings_is_set_aside_with_the_reason(tmp_path, capsys, monkeypatch):
+    checkpoint = StageCheckpoint(tmp_path / "stage.resume", every_s=1e-9)
+    with pytest.raises(Crash):
+        _launch(checkpoint, crash_at=7)
+    monkeypatch.setattr(f"{__name__}.SETTINGS", StageSettings(lr=0.05, epochs=3.0, batch_size=2, accumulate=2))
+    probe, summary = _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=0))
+    out = capsys.readouterr().out
+    assert "is of another stage (settings, total_batches differ); starting the stage over" in out
+    assert probe.batches == 12 and summary["probe/steps"] == 12
+
+
+def test_saves_come_as_often_as_asked_and_discard_removes_them(tmp_path, monkeypatch):
+    saves = []
+    monkeypatch.setattr(StageCheckpoint, "save", lambda self, *args: saves.append(args[3].batch_index))
+    _launch(StageCheckpoint(tmp_path / "every-step", every_s=1e-9))
+    assert saves == [2, 4, 6, 8], "after each optimiser step but the last, whose model the caller saves"
+    saves.clear()
+    _launch(StageCheckpoint(tmp_path / "never", every_s=0))
+    assert saves == []
+
+
+def test_discard_removes_the_state_and_a_half_written_one(tmp_path):
+    fabric = Fabric(accelerator="cpu", devices=1)
+    checkpoint = StageCheckpoint.beside(tmp_path / "sft-abc", minutes=10)
+    assert checkpoint.path == tmp_path / "sft-abc.resume" and checkpoint.every_s == 600
+    checkpoint.path.mkdir()
+    (tmp_path / "sft-abc.resume.tmp").mkdir()
+    checkpoint.discard(fabric)
+    assert not checkpoint.path.exists() and not (tmp_path / "sft-abc.resume.tmp").exists()
+
+
+def test_an_interrupted_sft_resumes_from_beside_its_target_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    """The SFT stage as the recipes run it: a tiny model on 6 demonstrations, 2 epochs in batches of 2."""
+    config = load_config(
+        WebRLConfig,
+        [
+            f"output_dir={tmp_path / 'run'}",
+            f"model.cache_dir={tmp_path / 'cache'}",
+            *("model.tiny_hidden_size=64", "model.tiny_layers=1", "model.tiny_vocab_size=300"),
+            "sft.train.epochs=2.0",
+            "sft.train.batch_size=2",
+            "resume.stage_checkpoint_minutes=1e-9",  # a save after every step
+        ],
+    )
+    demos = [build_trajectory(f"t{i}", num_steps=1) for i in range(6)]
+    base = base_model_dir(config, demos)
+    fabric = Fabric(accelerator="cpu", devices=1)
+
+    def sft(target):
+        torch.manual_seed(0)
+        return train_sft(config, fabric, base, demos, target, settings=config.sft.train)
+
+    straight = sft(tmp_path / "straight")
+    real_step, calls = training.train_micro_batch, []
+
+    def crashing_step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise Crash("step 4")
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(training, "train_micro_batch", crashing_step)
+    with pytest.raises(Crash):
+        sft(tmp_path / "resumed")
+    assert (tmp_path / "resumed.resume" / META_NAME).exists() and not (tmp_path / "resumed").exists()
+    calls.clear()
+    monkeypatch.setattr(training, "train_micro_batch", lambda *a, **k: calls.append(1) or real_step(*a, **k))
+    resumed = sft(tmp_path / "resumed")
+    assert len(calls) == 3, "the relaunch trains the 3 batches after the checkpoint, not all 6"
+    assert not (tmp_path / "resumed.resume").exists(), "the state goes once the model is saved"
+    weights, expected = (load_file(tmp_path / name / "model.safetensors") for name in ("resumed", "straight"))
+    assert weights.keys() == expected.keys() and all(torch.equal(weights[k], expected[k]) for k in expected)
+    assert resumed["sft/steps"] == straight["sft/steps"] == 6

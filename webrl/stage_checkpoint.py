@@ -1,0 +1,163 @@
+"""A training stage's state saved while it runs, so that an interrupted stage continues where it stopped.
+
+Phases resume stage by stage (`webrl.run_state`), but a stage itself restarted from its first batch: on a
+2-core CPU the two-epoch SmolLM2 SFT takes over two hours and its ORM one, so a crash, a Ctrl-C or the end
+of a machine's lease lost all of it. `train_module` now saves, every `resume.stage_checkpoint_minutes`,
+what the rest of the stage depends on: the weights, the optimiser's state, how many batches were
+trained, the running sums of the stage's metrics and the global RNG. A relaunch with the same settings
+loads it, draws the dataloader's batches up to that point again without training on them (the samplers
+are seeded by epoch, so the order is the same), and goes on; on CPU the result is the same weights as an
+uninterrupted stage (tests/test_stage_checkpoint.py).
+
+The state is written through `fabric.save` (any strategy: FSDP saves shards) into a folder that replaces
+the last one in one rename (`publish_dir`), beside a `meta.json` of the stage's shape; a checkpoint of a
+stage with another shape (other settings, data or world size) is set aside with a line that says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+
+from webrl.data.atomic_io import fault_point, publish_dir, write_json_atomic
+from webrl.stage_settings import StageSettings
+
+STATE_NAME = "state.ckpt"
+META_NAME = "meta.json"
+
+
+@dataclass
+class StageProgress:
+    """How far a stage got: batches trained, metric sums over them, tokens seen, seconds spent, and the global
+    RNG's state when the current epoch's batches began to be drawn (`epoch_rng`) and when the state was saved (`rng`).
+    """
+
+    batch_index: int = 0
+    sums: dict[str, float] = field(default_factory=dict)
+    count: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    epoch_rng: torch.Tensor | None = None
+    rng: torch.Tensor | None = None
+
+
+@dataclass
+class StageCheckpoint:
+    """Where a stage keeps its running state (`path`, a folder) and how often it saves it (`every_s`; 0 = never)."""
+
+    path: Path
+    every_s: float
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        self._last_save = time.monotonic()
+
+    @classmethod
+    def beside(cls, target: Path, minutes: float) -> StageCheckpoint:
+        """The checkpoint of the stage that will publish `target`: `<target>.resume`, next to it."""
+        return cls(Path(target).with_name(Path(target).name + ".resume"), 60.0 * minutes)
+
+    def due(self, fabric: Fabric) -> bool:
+        """Rank 0's clock says a save is due; every rank gets its answer, since saving is a collective."""
+        due = self.every_s > 0 and time.monotonic() - self._last_save >= self.every_s
+        if fabric.world_size > 1:
+            due = bool(fabric.broadcast(due, src=0))
+        return due
+
+    def save(self, fabric: Fabric, module: Any, optimizer: Any, progress: StageProgress, meta: dict[str, Any]) -> None:
+        """Write the state into `<path>.tmp`, then put it in place of the last one in one rename."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        if fabric.is_global_zero:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        fabric.barrier()
+        progress.rng = torch.get_rng_state()
+        fabric.save(
+            tmp / STATE_NAME, {"module": module, "optimizer": optimizer, "progress": dataclasses.asdict(progress)}
+        )
+        if fabric.is_global_zero:
+            write_json_atomic(tmp / META_NAME, meta)
+            publish_dir(tmp, self.path)
+        fabric.barrier()
+        self._last_save = time.monotonic()
+        fault_point(f"stage_checkpoint:{meta['name']}")
+
+    def load(self, fabric: Fabric, module: Any, optimizer: Any, meta: dict[str, Any]) -> StageProgress | None:
+        """The saved progress, with `module` and `optimizer` restored; None when there is none that fits.
+
+        The global RNG is restored by `batches` as it reaches the saved place in the data.
+        """
+        meta_path = self.path / META_NAME
+        if not meta_path.exists():
+            return None
+        saved = json.loads(meta_path.read_text(encoding="utf-8"))
+        if saved != meta:
+            differing = sorted(key for key in meta.keys() | saved.keys() if meta.get(key) != saved.get(key))
+            fabric.print(
+                f"{meta['name']}: the checkpoint at {self.path} is of another stage ({', '.join(differing)}"
+                + " differ); starting the stage over"
+            )
+            return None
+        state = {"module": module, "optimizer": optimizer}
+        rest = fabric.load(self.path / STATE_NAME, state)
+        progress = StageProgress(**rest["progress"])
+        fabric.print(
+            f"{meta['name']}: resuming at batch {progress.batch_index} of {meta['total_batches']} ({self.path})"
+        )
+        self._last_save = time.monotonic()
+        return progress
+
+    def discard(self, fabric: Fabric) -> None:
+        """Remove the state once the stage's product is saved: a later launch of it starts afresh."""
+        if fabric.is_global_zero:
+            for folder in (self.path, self.path.with_name(self.path.name + ".tmp")):
+                shutil.rmtree(folder, ignore_errors=True)
+        fabric.barrier()
+
+
+def stage_meta(name: str, settings: StageSettings, total_batches: int, batches_per_epoch: int, world_size: int) -> dict:
+    """What a saved state must match to be resumed: the stage, its settings and the shape of its data."""
+    return {
+        "name": name,
+        "settings": dataclasses.asdict(settings),
+        "total_batches": total_batches,
+        "batches_per_epoch": batches_per_epoch,
+        "world_size": world_size,
+    }
+
+
+def batches(dataloader: Any, progress: StageProgress, total_batches: int) -> Iterator[Any]:
+    """The stage's batches from `progress.batch_index` (which the caller advances) until `total_batches`.
+
+    A resumed stage draws the batches it trained before again, without yielding them, so that every
+    sampler is where it was (seeded per epoch, or by a generator that each epoch advances). The global
+    RNG, which a loader without a generator of its own draws from when an epoch's iterator starts (its
+    shuffle seed), is set back to where it was then, and to where it was at the save once the place is
+    reached, so that the rest of the stage draws what the interrupted launch would have.
+    """
+    resume_at, epoch_rng, save_rng = progress.batch_index, progress.epoch_rng, progress.rng
+    drawn = 0
+    while progress.batch_index < total_batches:
+        if resume_at and drawn == resume_at:
+            torch.set_rng_state(save_rng)
+        elif resume_at and drawn < resume_at < drawn + len(dataloader):
+            torch.set_rng_state(epoch_rng)
+        progress.epoch_rng = torch.get_rng_state()
+        for batch in dataloader:
+            drawn += 1
+            if drawn <= resume_at:
+                if drawn == resume_at:
+                    torch.set_rng_state(save_rng)
+                continue
+            if progress.batch_index >= total_batches:
+                break
+            yield batch
