@@ -75,6 +75,7 @@ class StageCheckpoint:
 
     def save(self, fabric: Fabric, module: Any, optimizer: Any, progress: StageProgress, meta: dict[str, Any]) -> None:
         """Write the state into `<path>.tmp`, then put it in place of the last one in one rename."""
+        started = time.monotonic()
         tmp = self.path.with_name(self.path.name + ".tmp")
         if fabric.is_global_zero:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -89,6 +90,7 @@ class StageCheckpoint:
             publish_dir(tmp, self.path)
         fabric.barrier()
         self._last_save = time.monotonic()
+        fabric.print(f"{meta['name']}: state saved at batch {progress.batch_index} in {self._last_save - started:.1f}s")
         fault_point(f"stage_checkpoint:{meta['name']}")
 
     def load(self, fabric: Fabric, module: Any, optimizer: Any, meta: dict[str, Any]) -> StageProgress | None:
