@@ -103,6 +103,26 @@ def test_a_context_whose_tab_showed_another_origin_is_not_reused(run, reusing, p
     assert not run(scenario())
 
 
+def test_a_context_whose_tab_ends_on_a_sandboxed_document_is_not_reused(run, reusing, pages, backend):
+    # A sandboxed document (an opaque origin) has no sessionStorage through which its origin's can be cleared.
+    async def sandboxed(route):
+        response = await route.fetch()
+        await route.fulfill(response=response, headers={**response.headers, "content-security-policy": "sandbox"})
+
+    async def scenario():
+        async with reusing.episode(page_task("actions.html"), backend) as first:
+            await first.reset()
+            await first.page.evaluate("() => sessionStorage.setItem('k', '1')")
+            await first.page.route("**/page2.html", sandboxed)
+            await first.page.goto(f"{pages.url}/page2.html")
+            context = first.context
+        async with reusing.episode(page_task("actions.html"), backend) as second:
+            await second.reset()
+            return second.context is context, await second.page.evaluate("() => sessionStorage.length")
+
+    assert run(scenario()) == (False, 0)
+
+
 def test_a_logged_in_task_gets_a_fresh_context(run, reusing, pages):
     class LoggedIn(WebArenaBackend):
         def storage_state(self, task):

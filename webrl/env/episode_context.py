@@ -9,8 +9,8 @@ episodes removes everything a page can leave behind for the next one:
 
 - the other tabs: closed (again at the end, and at the next episode's start, for one opened late);
 - the tab's document, its timers and its sessionStorage: scripts are stopped first, so nothing
-  writes after the wipe, the sessionStorage of the tab's origin is cleared, the tab goes to
-  about:blank, and `window.name` is emptied;
+  writes after the wipe, the sessionStorage of the tab's origin and `window.name` are emptied (one
+  script in the stopped document), and the tab goes to about:blank;
 - cookies, permissions, and for every allowed origin localStorage, IndexedDB, Cache Storage,
   service workers and the rest of `Storage.clearDataForOrigin`'s "all"; the HTTP cache;
 - history: the next episode's start page becomes the tab's only entry (`Page.resetNavigationHistory`).
@@ -120,7 +120,8 @@ class ReusedContext:
         if not self.reusable(browser):
             return False
         try:
-            await self._clear_tabs()
+            if not await self._clear_tabs():
+                return False
             await self.context.clear_cookies()
             await self.context.clear_permissions()
             for origin in self.origins:
@@ -132,17 +133,23 @@ class ReusedContext:
         self._shown.clear()
         return True
 
-    async def _clear_tabs(self) -> None:
-        """Close the other tabs; stop the tab's scripts, clear its sessionStorage, leave it on about:blank."""
+    async def _clear_tabs(self) -> bool:
+        """Close the other tabs; stop the tab's scripts, clear its sessionStorage and name, leave it on about:blank.
+
+        False when the tab's document would not clear its sessionStorage (a sandboxed one has none to reach).
+        """
         await self._close_other_tabs()
         await self._cdp.send("Emulation.setScriptExecutionDisabled", {"value": True})
-        for origin in self._shown:
-            storage = {"securityOrigin": origin, "isLocalStorage": False}
-            await self._cdp.send("DOMStorage.clear", {"storageId": storage})
+        # One Runtime.evaluate in the stopped document, through the tab's CDP session (page.evaluate would first
+        # install Playwright's helper script): no script of the page runs again to write either before it is left,
+        # and the tab keeps its name across the navigation. `_shown` is at most this document's origin (`reusable`).
+        expression = "window.name = ''" + ("; sessionStorage.clear()" if self._shown else "")
+        cleared = await self._cdp.send("Runtime.evaluate", {"expression": expression})
+        if "exceptionDetails" in cleared:
+            return False
         await self.page.goto("about:blank")
         await self._cdp.send("Emulation.setScriptExecutionDisabled", {"value": False})
-        # Through the tab's CDP session: page.evaluate would first install Playwright's helper script in about:blank.
-        await self._cdp.send("Runtime.evaluate", {"expression": "window.name = ''"})
+        return True
 
     async def release(self) -> None:
         """Nothing: the pool wipes the context (`wipe`) once the episode is over, or closes it."""
