@@ -99,6 +99,17 @@ def test_a_checkpoint_that_cannot_be_read_starts_the_stage_over_to_the_same_weig
     assert all(torch.equal(again.state_dict()[k], v) for k, v in straight.state_dict().items()), "a rerun is exact"
 
 
+def test_a_crash_between_the_renames_of_a_save_resumes_from_the_state_moved_aside(tmp_path, capsys):
+    """publish_dir moves the last state to `.<name>.old` before renaming the new one in: a kill in between."""
+    straight, _ = _launch(None)
+    with pytest.raises(Crash):
+        _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=1e-9), crash_at=7)
+    (tmp_path / "stage.resume").rename(tmp_path / ".stage.resume.old")
+    resumed, _ = _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=0))
+    assert "probe: resuming at batch 6 of 10" in capsys.readouterr().out and resumed.batches == 4
+    assert all(torch.equal(resumed.state_dict()[k], v) for k, v in straight.state_dict().items())
+
+
 def test_a_checkpoint_of_other_settings_is_set_aside_with_the_reason(tmp_path, capsys, monkeypatch):
     checkpoint = StageCheckpoint(tmp_path / "stage.resume", every_s=1e-9)
     with pytest.raises(Crash):
@@ -120,14 +131,15 @@ def test_saves_come_as_often_as_asked_and_discard_removes_them(tmp_path, monkeyp
     assert saves == []
 
 
-def test_discard_removes_the_state_and_a_half_written_one(tmp_path):
+def test_discard_removes_the_state_and_what_a_crashed_save_left(tmp_path):
     fabric = Fabric(accelerator="cpu", devices=1)
     checkpoint = StageCheckpoint.beside(tmp_path / "sft-abc", minutes=10)
     assert checkpoint.path == tmp_path / "sft-abc.resume" and checkpoint.every_s == 600
-    checkpoint.path.mkdir()
-    (tmp_path / "sft-abc.resume.tmp").mkdir()
+    leftovers = [checkpoint.path, tmp_path / "sft-abc.resume.tmp", tmp_path / ".sft-abc.resume.old"]
+    for folder in leftovers:
+        folder.mkdir()
     checkpoint.discard(fabric)
-    assert not checkpoint.path.exists() and not (tmp_path / "sft-abc.resume.tmp").exists()
+    assert not any(folder.exists() for folder in leftovers)
 
 
 def test_an_interrupted_sft_resumes_from_beside_its_target_and_leaves_nothing_behind(tmp_path, monkeypatch):

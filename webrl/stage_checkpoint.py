@@ -98,10 +98,10 @@ class StageCheckpoint:
 
         The global RNG is restored by `batches` as it reaches the saved place in the data.
         """
-        meta_path = self.path / META_NAME
-        if not meta_path.exists():
+        folder = self._complete_folder()
+        if folder is None:
             return None
-        saved = json.loads(meta_path.read_text(encoding="utf-8"))
+        saved = json.loads((folder / META_NAME).read_text(encoding="utf-8"))
         if saved != meta:
             differing = sorted(key for key in meta.keys() | saved.keys() if meta.get(key) != saved.get(key))
             fabric.print(
@@ -110,18 +110,28 @@ class StageCheckpoint:
             )
             return None
         state = {"module": module, "optimizer": optimizer}
-        rest = fabric.load(self.path / STATE_NAME, state)
+        rest = fabric.load(folder / STATE_NAME, state)
         progress = StageProgress(**rest["progress"])
-        fabric.print(
-            f"{meta['name']}: resuming at batch {progress.batch_index} of {meta['total_batches']} ({self.path})"
-        )
+        fabric.print(f"{meta['name']}: resuming at batch {progress.batch_index} of {meta['total_batches']} ({folder})")
         self._last_save = time.monotonic()
         return progress
+
+    def _complete_folder(self) -> Path | None:
+        """The last state saved whole: `path`, or the one `publish_dir` had moved aside when a crash came
+        between its two renames (the new one not yet in place)."""
+        for folder in (self.path, self.path.with_name(f".{self.path.name}.old")):
+            if (folder / META_NAME).exists():
+                return folder
+        return None
 
     def discard(self, fabric: Fabric) -> None:
         """Remove the state once the stage's product is saved: a later launch of it starts afresh."""
         if fabric.is_global_zero:
-            for folder in (self.path, self.path.with_name(self.path.name + ".tmp")):
+            for folder in (
+                self.path,
+                self.path.with_name(self.path.name + ".tmp"),
+                self.path.with_name(f".{self.path.name}.old"),
+            ):
                 shutil.rmtree(folder, ignore_errors=True)
         fabric.barrier()
 
