@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
-from webrl.data.atomic_io import fault_point, publish_dir, write_json_atomic
+from webrl.data.atomic_io import fault_point, moved_aside, publish_dir, write_json_atomic
 from webrl.stage_settings import StageSettings
 
 STATE_NAME = "state.ckpt"
@@ -66,6 +66,11 @@ class StageCheckpoint:
         """The checkpoint of the stage that will publish `target`: `<target>.resume`, next to it."""
         return cls(Path(target).with_name(Path(target).name + ".resume"), 60.0 * minutes)
 
+    @property
+    def _tmp(self) -> Path:
+        """Where a save is written before it replaces the last one."""
+        return self.path.with_name(self.path.name + ".tmp")
+
     def due(self, fabric: Fabric) -> bool:
         """Rank 0's clock says a save is due; every rank gets its answer, since saving is a collective."""
         due = self.every_s > 0 and time.monotonic() - self._last_save >= self.every_s
@@ -76,7 +81,7 @@ class StageCheckpoint:
     def save(self, fabric: Fabric, module: Any, optimizer: Any, progress: StageProgress, meta: dict[str, Any]) -> None:
         """Write the state into `<path>.tmp`, then put it in place of the last one in one rename."""
         started = time.monotonic()
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp = self._tmp
         if fabric.is_global_zero:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
@@ -119,7 +124,7 @@ class StageCheckpoint:
     def _complete_folder(self) -> Path | None:
         """The last state saved whole: `path`, or the one `publish_dir` had moved aside when a crash came
         between its two renames (the new one not yet in place)."""
-        for folder in (self.path, self.path.with_name(f".{self.path.name}.old")):
+        for folder in (self.path, moved_aside(self.path)):
             if (folder / META_NAME).exists():
                 return folder
         return None
@@ -127,11 +132,7 @@ class StageCheckpoint:
     def discard(self, fabric: Fabric) -> None:
         """Remove the state once the stage's product is saved: a later launch of it starts afresh."""
         if fabric.is_global_zero:
-            for folder in (
-                self.path,
-                self.path.with_name(self.path.name + ".tmp"),
-                self.path.with_name(f".{self.path.name}.old"),
-            ):
+            for folder in (self.path, self._tmp, moved_aside(self.path)):
                 shutil.rmtree(folder, ignore_errors=True)
         fabric.barrier()
 

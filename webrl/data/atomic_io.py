@@ -125,6 +125,12 @@ def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict[str, Any]
     return atomic_write(path, write)
 
 
+def moved_aside(target: str | os.PathLike) -> Path:
+    """Where `publish_dir` keeps the earlier `target` between its two renames (and a crash may leave it)."""
+    target = Path(target)
+    return target.with_name(f".{target.name}.old")
+
+
 def publish_dir(tmp: str | os.PathLike, target: str | os.PathLike) -> Path:
     """Move the finished directory `tmp` to `target` in one rename, its files fsynced first.
 
@@ -139,7 +145,7 @@ def publish_dir(tmp: str | os.PathLike, target: str | os.PathLike) -> Path:
         fsync_dir(directory)
     fsync_dir(tmp)
     fault_point(f"write:{target.as_posix()}")
-    old = target.with_name(f".{target.name}.old")
+    old = moved_aside(target)
     if old.exists():
         shutil.rmtree(old)
     if target.exists():
