@@ -129,3 +129,14 @@ def test_a_phases_stored_tasks_follow_the_sites_to_the_next_launchs_port(tmp_pat
         assert [task.to_dict() for task in resolved] == [task.to_dict() for task in second.suite("train", 3, 0)]
         with urllib.request.urlopen(resolved[0].start_url, timeout=60) as response:
             assert response.status == 200
+
+
+def test_held_out_tasks_are_every_split_training_does_not_draw_from(env: WebEnvironment):
+    def held_out(*overrides: str) -> list[str]:
+        with _environment(*overrides) as environment:
+            return sorted(_ids(environment.held_out_tasks()))
+
+    test, validation = (_ids(env.suite(split, 0, 0)) for split in ("test", "validation"))
+    assert held_out("env.train_split=train", "env.test_split=test") == sorted(test)
+    assert held_out("env.train_split=train_fit", "env.test_split=validation") == sorted(test + validation)
+    assert held_out("env.train_split=train_fit", "env.test_split=test") == sorted(test + validation)

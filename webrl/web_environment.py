@@ -96,6 +96,17 @@ class WebEnvironment:
         """Stored tasks (`portable`'s records) with their placeholders resolved to this launch's sites."""
         return [Task.from_dict(json.loads(substitute(json.dumps(task.to_dict()), self.url_map))) for task in tasks]
 
+    def held_out_tasks(self) -> list[Task]:
+        """The tasks training must not see: the evaluation split's, and with the embedded sites every split
+        outside training (the test split, and validation when training on `train_fit`)."""
+        env = self.config.env
+        splits = {env.test_split}
+        if env.suite == "embedded":
+            from webrl.env.splits import TRAIN_FIT, VALIDATION
+
+            splits |= {"test", VALIDATION} if env.train_split == TRAIN_FIT else {"test"}
+        return [task for split in sorted(splits - {env.train_split}) for task in self.suite(split, 0, 0)]
+
     def reinstantiate(self, task: Task, rng: random.Random, n: int) -> list[Task]:
         from webrl.env.splits import reinstantiate_for
 

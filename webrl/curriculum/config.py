@@ -84,6 +84,8 @@ class CurriculumConfig:
     """Generator calls per site and phase, each with its own sample of seeds."""
     variants_per_seed: int = 3
     """Template mode: new instantiations requested per failed seed task."""
+    page_facts: int = 0
+    """Page-fact tasks offered per phase (questions about labelled values on pages the last phase reached; 0 = none)."""
     max_per_template: int = 0
     """Most kept tasks of one phase sharing an `intent_template` (0 = no cap); LLM-made tasks have none."""
     value_window: tuple[float, float] = (0.05, 0.75)
@@ -126,12 +128,14 @@ class CurriculumConfig:
         for key in (*counts, "judge_max_tokens"):
             value = getattr(self, key)
             require(isinstance(value, int) and value >= 1, f"curriculum.{key}", value, "must be a positive integer")
-        require(
-            isinstance(self.max_per_template, int) and self.max_per_template >= 0,
-            "curriculum.max_per_template",
-            self.max_per_template,
-            "must be an integer >= 0 (0 = no cap)",
-        )
+        for key, zero in (("max_per_template", "no cap"), ("page_facts", "none")):
+            value = getattr(self, key)
+            require(
+                isinstance(value, int) and value >= 0,
+                f"curriculum.{key}",
+                value,
+                f"must be an integer >= 0 (0 = {zero})",
+            )
         low_high = len(self.value_window) == 2 and 0.0 <= self.value_window[0] <= self.value_window[1] <= 1.0
         require(low_high, "curriculum.value_window", self.value_window, "must be [low, high], 0 <= low <= high <= 1")
         stops_ok = all(isinstance(stop, str) and stop for stop in self.stop)

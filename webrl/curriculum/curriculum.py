@@ -6,7 +6,9 @@ Per phase:
    (`TaskGenerator`; the tasks have no evaluator, the ORM rewards them, and they start on the site's
    start page); in `template` mode the failed tasks' templates get new values from the site data
    (`reinstantiate`, e.g. `webrl.env.sites.reinstantiate`), so the tasks keep their evaluators and
-   the run can measure the ORM against them; `mixed` does both.
+   the run can measure the ORM against them; `mixed` does both. With `page_facts` > 0, any mode
+   also offers questions about labelled values on the pages the previous phase's episodes reached
+   (`page_facts.page_fact_tasks`: fields no training template asks for, each with its evaluator).
 3. Filters, cheap first: dedupe against every intent seen so far (training set, seeds, earlier
    phases' tasks) and within the phase; the critic's P(success) on the task's start page must lie in
    `value_window` (skipped while no critic exists); then, while choosing, an optional feasibility
@@ -40,6 +42,7 @@ from webrl.curriculum.filters import (
     value_verdict,
 )
 from webrl.curriculum.generation import GenerationRequest, TaskGenerator
+from webrl.curriculum.page_facts import HeldOutFacts, page_fact_tasks
 from webrl.curriculum.state import CurriculumState, PhaseRecord
 from webrl.data.prompts import build_actor_prompt
 from webrl.data.trajectory import Task, Trajectory
@@ -88,7 +91,8 @@ class Curriculum:
     site to its start page, where LLM-made tasks begin (default: the commonest start URL of the
     site's seeds). `start_observation(task)` returns the simplified HTML of the task's start page
     (the loop opens it in the browser); it is called once per start URL and cached. `critic_prompt
-    (task, html)` builds the critic's input, by default the round-0 actor prompt.
+    (task, html)` builds the critic's input, by default the round-0 actor prompt. `held_out` holds the facts
+    of the held-out tasks, which page-fact tasks must not ask.
     """
 
     def __init__(
@@ -104,6 +108,7 @@ class Curriculum:
         start_observation: Callable[[Task], str] | None = None,
         critic_prompt: Callable[[Task, str], str] | None = None,
         state: CurriculumState | None = None,
+        held_out: HeldOutFacts | None = None,
     ) -> None:
         config.validate()
         if config.mode in ("llm", "mixed") and generator_engine is None:
@@ -124,6 +129,7 @@ class Curriculum:
         self.start_observation = start_observation
         self.critic_prompt = critic_prompt or (lambda task, html: build_actor_prompt(task.intent, [], html))
         self.state = state or CurriculumState()
+        self.held_out = held_out or HeldOutFacts()
         self._observations: dict[str, str] = {}
 
     def register_tasks(self, tasks: Iterable[Task]) -> None:
@@ -142,6 +148,7 @@ class Curriculum:
         if critic is not None and self.start_observation is None:
             raise ValueError("the critic filter needs start_observation(task) -> html (none was given)")
         record = PhaseRecord(phase=phase)
+        trajectories = list(trajectories)
         seeds = self._seeds(trajectories)
         record.seeds = [{"task_id": t.task_id, "site": t.site, "intent": t.intent} for t in seeds]
         self.state.mark_seen(t.intent for t in seeds)
@@ -150,6 +157,8 @@ class Curriculum:
             candidates += self._from_llm(phase, seeds, record)
         if self.config.mode in ("template", "mixed"):
             candidates += self._from_templates(phase, seeds, record)
+        if self.config.page_facts:
+            candidates += self._from_pages(phase, trajectories)
         record.generated = [
             {"intent": c.task.intent, "site": c.task.site, "origin": c.origin, "source": c.source} for c in candidates
         ]
@@ -158,7 +167,7 @@ class Curriculum:
             fresh = self._critic_filter(fresh, critic, record)
         tasks = self._finalise(phase, self._select(phase, fresh, record))
         record.kept = [task.to_dict() for task in tasks]
-        record.metrics = self._metrics(seeds, candidates, tasks, record)
+        record.metrics = _metrics(seeds, candidates, tasks, record)
         self.state.mark_seen(task.intent for task in tasks)
         self.state.phase, self.state.record = phase, record
         return CurriculumResult(phase, tasks, record.metrics, record)
@@ -207,6 +216,13 @@ class Curriculum:
             for task in self.reinstantiate(seed, rng, self.config.variants_per_seed):
                 candidates.append(_Candidate(task, "template", seed.task_id))
         return candidates
+
+    def _from_pages(self, phase: int, trajectories: list[Trajectory]) -> list[_Candidate]:
+        """Up to `page_facts` page-fact tasks, drawn by the phase's stream from every fact the episodes reached."""
+        tasks = page_fact_tasks(trajectories, self.held_out)
+        rng = phase_rng(self.config.seed, phase, "pages")
+        drawn = rng.sample(tasks, min(self.config.page_facts, len(tasks)))
+        return [_Candidate(task, "page", task.instantiation_dict["subject"]) for task in drawn]
 
     def _dedupe(self, candidates: list[_Candidate], record: PhaseRecord) -> list[_Candidate]:
         fresh, keys = [], set()
@@ -309,26 +325,29 @@ class Curriculum:
             tasks.append(task)
         return tasks
 
-    def _metrics(
-        self, seeds: list[Task], candidates: list[_Candidate], tasks: list[Task], record: PhaseRecord
-    ) -> dict[str, float]:
-        by_filter = Counter(_FILTER_OF_REASON.get(r["reason"], r["reason"]) for r in record.rejected)
-        metrics: dict[str, float] = {
-            "curriculum/seeds": float(len(seeds)),
-            "curriculum/generated": float(len(candidates)),
-            "curriculum/kept": float(len(tasks)),
-            "curriculum/unused": float(by_filter["unused"]),
-            "curriculum/duplicate_rate": by_filter["duplicate"] / len(candidates) if candidates else 0.0,
-        }
-        for name in ("parse", "duplicate", "critic", "judge", "no_template", "template_cap"):
-            metrics[f"curriculum/rejected_{name}"] = float(by_filter[name])
-        values = [c.value for c in candidates if c.value is not None]
-        if values:
-            metrics["curriculum/critic_value_mean"] = sum(values) / len(values)
-        for key, items in (("seeds", seeds), ("generated", [c.task for c in candidates]), ("kept", tasks)):
-            for site, count in sorted(Counter(task.site for task in items).items()):
-                metrics[f"curriculum/{site}/{key}"] = float(count)
-        return metrics
+
+def _metrics(
+    seeds: list[Task], candidates: list[_Candidate], tasks: list[Task], record: PhaseRecord
+) -> dict[str, float]:
+    by_filter = Counter(_FILTER_OF_REASON.get(r["reason"], r["reason"]) for r in record.rejected)
+    metrics: dict[str, float] = {
+        "curriculum/seeds": float(len(seeds)),
+        "curriculum/generated": float(len(candidates)),
+        "curriculum/kept": float(len(tasks)),
+        "curriculum/unused": float(by_filter["unused"]),
+        "curriculum/duplicate_rate": by_filter["duplicate"] / len(candidates) if candidates else 0.0,
+    }
+    for name in ("parse", "duplicate", "critic", "judge", "no_template", "template_cap"):
+        metrics[f"curriculum/rejected_{name}"] = float(by_filter[name])
+    for origin, count in sorted(Counter(task.extra["curriculum"]["origin"] for task in tasks).items()):
+        metrics[f"curriculum/kept_{origin}"] = float(count)
+    values = [c.value for c in candidates if c.value is not None]
+    if values:
+        metrics["curriculum/critic_value_mean"] = sum(values) / len(values)
+    for key, items in (("seeds", seeds), ("generated", [c.task for c in candidates]), ("kept", tasks)):
+        for site, count in sorted(Counter(task.site for task in items).items()):
+            metrics[f"curriculum/{site}/{key}"] = float(count)
+    return metrics
 
 
 def _commonest(values: Iterable[str]) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from webrl.curriculum.config import CurriculumConfig, template_full
 from webrl.curriculum.curriculum import Critic, Curriculum, Reinstantiate
+from webrl.curriculum.page_facts import HeldOutFacts
 from webrl.curriculum.state import STATE_FILE, CurriculumState
 from webrl.data.trajectory import Task, Trajectory
 from webrl.inference.engine import InferenceEngine, build_engine
@@ -81,11 +82,13 @@ def phase_tasks(
     reinstantiate: Reinstantiate | None,
     start_observation: Callable[[Task], str] | None,
     critic: Critic | None,
+    held_out: Sequence[Task] = (),
 ) -> tuple[list[Task], dict[str, float]]:
     """Phase `phase`'s proposed tasks and metrics; saves the curriculum state into `phase_dir`.
 
     The state comes from `previous_dir`; without one (the first curriculum phase) the seen set starts
-    from `first_tasks`, the training tasks of phase 0.
+    from `first_tasks`, the training tasks of phase 0. `held_out` are the tasks whose facts page-fact
+    tasks must not ask (the evaluation's).
     """
     state = CurriculumState.load(previous_dir) if (previous_dir / STATE_FILE).exists() else None
     curriculum = Curriculum(
@@ -95,6 +98,7 @@ def phase_tasks(
         reinstantiate=reinstantiate,
         start_observation=start_observation,
         state=state,
+        held_out=HeldOutFacts(held_out if config.page_facts else ()),
     )
     if state is None:
         curriculum.register_tasks(first_tasks)
@@ -114,12 +118,14 @@ def propose_phase_tasks(
     start_observation: Callable[[Task], str] | None,
     critic: Callable[[], Critic] | None,
     seed: int,
+    held_out: Sequence[Task] = (),
 ) -> tuple[list[Task], dict[str, float]]:
     """Phase `phase`'s tasks (phase 1 on) and metrics: proposed from phase `phase - 1`'s run, topped up from `pool`.
 
     `generator` and `critic` build the generator engine and the critic's scorer (None: no critic trained
     yet); the generator is built only when the curriculum's mode or judge needs one, loading a model
-    costs seconds to minutes. `pool` is the whole training split, `seed` the top-up's.
+    costs seconds to minutes. `pool` is the whole training split, `seed` the top-up's, `held_out` the
+    tasks page-fact tasks must not ask about.
     """
     engine = generator() if needs_generator(config) else None
     tasks, metrics = phase_tasks(
@@ -133,6 +139,7 @@ def propose_phase_tasks(
         reinstantiate=reinstantiate,
         start_observation=start_observation,
         critic=critic() if critic is not None else None,
+        held_out=held_out,
     )
     proposed = len(tasks)
     used = {task.intent for earlier in range(phase) for task in layout.tasks(earlier)}

@@ -1,0 +1,194 @@
+"""Page-fact tasks: read from pages, tied to the episode's entity, kept away from held-out facts, and scored right.
+
+The fast tests use observations in the embedded sites' format; the browser test reads the facts off pages
+that the reference solver really reached in Chromium and checks each task's evaluator against them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sample_records import URL_MAP
+
+from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.curriculum import Curriculum
+from webrl.curriculum.page_facts import (
+    HeldOutFacts,
+    PageFact,
+    answer_of,
+    facts_on_page,
+    page_fact_tasks,
+    question,
+)
+from webrl.data.prompts import actor_prompt_for_step
+from webrl.data.trajectory import Step, Task, Trajectory
+from webrl.env.evaluators import string_match
+from webrl.env.sites import load_suite, reinstantiate
+
+PRODUCT_PAGE = """OneStopShop <a id="0"> Home </a> <a id="1"> My cart </a>
+<h1> Slate Dumbbell </h1>
+<p> Price: $6.00 </p>
+<p> SKU: SPO-0070 </p>
+<p> Category: <a id="3"> Sports </a> </p>
+<p> Rating: 4.0 out of 5 (2 reviews) </p>
+<p> Quantity: <input id="7" type="text" name="stock" value="149" /> </p>
+<p> State: Open <a id="8"> Closed </a> <a id="9"> All </a> </p>
+<button id="5"> Add to cart </button>"""
+ORDER_PAGE = "<h1> Order #1171 </h1>\n<p> Customer: Noah Davis </p><p> Date: 2024-11-02 | Status: Complete </p>"
+ROUTE_PAGE = "<h1> Directions </h1>\n<p> Distance: 4.7 km | Time: 18 min </p>"
+START = "http://127.0.0.1:9/shopping/"
+
+
+def episode(instantiation: dict[str, str], *pages: str, site: str = "shopping") -> Trajectory:
+    task = Task("7", "a task", [site], START, instantiation_dict=instantiation)
+    steps = [Step(index=i, prompt="", observation=page, response="") for i, page in enumerate(pages[:-1])]
+    return Trajectory(task=task, steps=steps, final_observation=pages[-1], outcome=0.0)
+
+
+def test_facts_are_labelled_plain_values_under_one_heading():
+    assert facts_on_page(PRODUCT_PAGE) == [
+        PageFact("Slate Dumbbell", "Price", "$6.00"),
+        PageFact("Slate Dumbbell", "SKU", "SPO-0070"),
+        PageFact("Slate Dumbbell", "Category", "Sports"),
+    ]
+    assert [(f.label, f.value) for f in facts_on_page(ORDER_PAGE)] == [
+        ("Customer", "Noah Davis"),
+        ("Date", "2024-11-02"),
+        ("Status", "Complete"),
+    ]
+    assert facts_on_page("<h1> A </h1><h1> B </h1><p> Price: 1 </p>") == []
+    assert facts_on_page("<h1> Edit product: Mug </h1><p> SKU: K-1 </p>") == [PageFact("Mug", "SKU", "K-1")]
+
+
+def test_questions_and_answers():
+    assert question("SKU", "Blue Teapot") == "What is the SKU of Blue Teapot?"
+    assert question("Opening hours", "Riverside Cafe") == "What is the opening hours of Riverside Cafe?"
+    assert question("Score", "Why is nobody talking about films?") == (
+        'What is the score of "Why is nobody talking about films?"?'
+    )
+    assert answer_of("$6.00") == "6.00" and answer_of("€ 12") == "12" and answer_of("$ave") == "$ave"
+
+
+def test_tasks_come_only_from_pages_of_the_episodes_entity():
+    tasks = page_fact_tasks(
+        [
+            episode({"product": "Slate Dumbbell"}, "<h1> Welcome </h1>", PRODUCT_PAGE),
+            episode({"product": "Red Mug"}, PRODUCT_PAGE),  # another product's page: not this task's entity
+            episode({"order": "1171"}, ORDER_PAGE, site="shopping_admin"),
+            episode({"origin": "Lakeview Cafe"}, ROUTE_PAGE, site="map"),  # "Directions" names no entity
+            episode({"product": "Slate Dumbbell"}, PRODUCT_PAGE),  # the same facts again
+            episode({"project": "a/b"}, "<h1> a/b </h1><p> Stars: 78 </p>", "<h1> a/b </h1><p> Stars: 79 </p>"),
+        ],
+        HeldOutFacts(),
+    )
+    assert [t.intent for t in tasks] == [
+        "What is the price of Slate Dumbbell?",
+        "What is the SKU of Slate Dumbbell?",
+        "What is the category of Slate Dumbbell?",
+        "What is the customer of Order #1171?",
+        "What is the date of Order #1171?",
+        "What is the status of Order #1171?",
+    ]
+    sku = tasks[1]
+    assert sku.eval["reference_answers"] == {"must_include": ["SPO-0070"]}
+    assert sku.intent_template == "What is the SKU of {subject}?" and sku.instantiation_dict == {
+        "subject": "Slate Dumbbell"
+    }
+    assert sku.start_url == START and sku.sites == ["shopping"] and tasks[5].sites == ["shopping_admin"]
+    assert tasks[0].eval["reference_answers"] == {"must_include": ["6.00"]}
+
+
+def test_a_fact_a_held_out_task_asks_is_never_proposed():
+    held_out = [
+        Task(
+            "t1",
+            "What is the status of my order #1171?",
+            ["shopping_admin"],
+            START,
+            eval={"eval_types": ["string_match"], "reference_answers": {"must_include": ["Complete"]}},
+            instantiation_dict={"order": 1171},
+        ),
+        Task("t2", "Open it", ["shopping"], START, eval={"eval_types": ["url_match"]}, instantiation_dict={"p": "x"}),
+    ]
+    facts = HeldOutFacts(held_out)
+    assert facts.covers("Order #1171", "complete") and not facts.covers("Order #1172", "Complete")
+    assert not facts.covers("Order #1171", "Pending")
+    tasks = page_fact_tasks([episode({"order": "1171"}, ORDER_PAGE, site="shopping_admin")], facts)
+    assert [t.intent for t in tasks] == ["What is the customer of Order #1171?", "What is the date of Order #1171?"]
+
+
+def test_the_evaluator_accepts_the_value_as_the_page_shows_it_and_refuses_another_field():
+    tasks = page_fact_tasks([episode({"product": "Slate Dumbbell"}, PRODUCT_PAGE)], HeldOutFacts())
+    for task in tasks:
+        shown = next(f.value for f in facts_on_page(PRODUCT_PAGE) if question(f.label, f.subject) == task.intent)
+        references = task.eval["reference_answers"]
+        assert asyncio.run(string_match(references, shown)) == (1.0, False), task.intent
+        others = [f.value for f in facts_on_page(PRODUCT_PAGE) if f.value != shown]
+        assert all(asyncio.run(string_match(references, other))[0] == 0.0 for other in others), task.intent
+
+
+def test_the_curriculum_offers_at_most_page_facts_tasks_beside_its_mode():
+    train = load_suite("train", URL_MAP)
+    product = next(t for t in train if t.intent_template_id == 107)
+    name = product.instantiation_dict["product"]
+    page = PRODUCT_PAGE.replace("Slate Dumbbell", name)
+    trajectories = [Trajectory(task=product, final_observation=page, outcome=0.0)]
+
+    def propose(page_facts: int) -> list[Task]:
+        config = CurriculumConfig(mode="template", tasks_per_phase=20, page_facts=page_facts, seed=3)
+        curriculum = Curriculum(config, reinstantiate=reinstantiate)
+        curriculum.register_tasks(train)
+        return curriculum.propose(1, trajectories).tasks
+
+    pages = [t for t in propose(2) if t.extra["curriculum"]["origin"] == "page"]
+    assert len(pages) == 2
+    assert {t.intent for t in pages} < {question(label, name) for label in ("Price", "SKU", "Category")}
+    assert all(t.has_evaluator and t.extra["curriculum"]["source"] == name for t in pages)
+    assert [t.to_dict() for t in propose(2)] == [t.to_dict() for t in propose(2)]
+    assert not any(t.extra["curriculum"]["origin"] == "page" for t in propose(0))
+
+
+@pytest.mark.timeout(600)
+def test_facts_read_off_real_pages_are_scored_by_their_evaluators():
+    from webrl.env.browser import BrowserConfig, BrowserPool
+    from webrl.env.limits import EpisodeLimits
+    from webrl.env.sites import EmbeddedSites, scorecard
+    from webrl.inference.rollout import collect_rollouts
+    from webrl.inference.scripted import ScriptedEngine
+
+    async def run() -> None:
+        with EmbeddedSites() as sites:
+            train = load_suite("train", sites.url_map)
+            # Templates whose solver ends on an entity's page: product, admin customer, forum user, project, place.
+            chosen = [next(t for t in train if t.intent_template_id == i) for i in (107, 213, 309, 404, 505)]
+            pool = BrowserPool(BrowserConfig(max_concurrency=5))
+            await pool.start()
+            try:
+                solver = ScriptedEngine.for_embedded_sites()
+                result = await collect_rollouts(
+                    solver,
+                    chosen,
+                    sites.backend(),
+                    pool,
+                    concurrency=5,
+                    prompt_builder=solver.wrap(actor_prompt_for_step),
+                    limits=EpisodeLimits(action_timeout_s=30.0),
+                    progress=False,
+                )
+            finally:
+                await pool.close()
+        assert scorecard.failures(result.trajectories) == []
+        held_out = HeldOutFacts(load_suite("test", URL_MAP))
+        tasks = page_fact_tasks(result.trajectories, held_out)
+        assert {t.site for t in tasks} == {"shopping", "shopping_admin", "reddit", "gitlab", "map"}
+        shown = {
+            question(f.label, f.subject): f.value
+            for trajectory in result.trajectories
+            for f in facts_on_page(trajectory.final_observation)
+        }
+        for task in tasks:
+            assert (await string_match(task.eval["reference_answers"], shown[task.intent]))[0] == 1.0, task.intent
+            assert (await string_match(task.eval["reference_answers"], "I do not know"))[0] == 0.0, task.intent
+
+    asyncio.run(run())

@@ -1,0 +1,178 @@
+"""Page-fact tasks: new questions about labelled values on the pages a phase's episodes reached.
+
+WebRL's curriculum asks an LLM for tasks unlike the training set, grown from what the agent met; a
+135M generator cannot write them. Pages can: a product page an episode opened for "What is the price of
+X?" also shows "SKU: KIT-0006" and "In stock: 88", so it yields "What is the SKU of X?" with a known
+answer. These tasks ask for a field no training template asks for, which the template curriculum never
+reaches, and each carries a `string_match` evaluator with the value read off the page.
+
+A page is used only when its heading names an entity of the episode's own task (a value of the task's
+`instantiation_dict`), so that the question names something the agent can search or click, and not a
+page title such as "Directions". A fact that a held-out task asks (the same entity with the same
+reference answer) is never proposed, so held-out tasks cannot leak into training.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from webrl.curriculum.filters import normalise_intent
+from webrl.data.trajectory import Task, Trajectory
+
+_HEADING = re.compile(r"<h1>\s*(.*?)\s*</h1>")
+_PARAGRAPH = re.compile(r"<p>\s*(.*?)\s*</p>")
+_FACT = re.compile(r"^([A-Za-z][A-Za-z ]{0,23}):\s+(.+)$")
+_LONE_LINK = re.compile(r'^<a id="[^"]*">\s*([^<]+?)\s*</a>$')
+_CURRENCY = re.compile(r"^[$€£]\s*(?=\d)")
+MAX_VALUE_WORDS = 4
+"""Longer values ("4.0 out of 5 (2 reviews)") are sentences to paraphrase rather than facts to copy."""
+QUESTION = "What is the {label} of {subject}?"
+
+
+@dataclass(frozen=True)
+class PageFact:
+    """One labelled value on a page whose heading is `subject`, as found in an episode's observation."""
+
+    subject: str
+    label: str
+    value: str
+
+
+def heading_subject(heading: str) -> str:
+    """The entity a page heading names: the part after a "Kind: " prefix ("Edit product: Mug" -> "Mug")."""
+    return heading.rsplit(": ", 1)[-1].strip()
+
+
+def facts_on_page(observation: str) -> list[PageFact]:
+    """Every `Label: value` in the paragraphs of a simplified-HTML page with one `<h1>` heading.
+
+    A paragraph may hold several facts separated by " | ". A value must be plain text or one link's
+    text, at most `MAX_VALUE_WORDS` words: form controls (an input's value, a select) and filter bars
+    ("State: Open Closed All") are not facts.
+    """
+    headings = _HEADING.findall(observation)
+    if len(headings) != 1:
+        return []
+    subject = heading_subject(headings[0])
+    facts = []
+    for paragraph in _PARAGRAPH.findall(observation):
+        for segment in paragraph.split(" | "):
+            match = _FACT.match(segment.strip())
+            if match is None:
+                continue
+            value = match.group(2).strip()
+            if "<" in value:
+                link = _LONE_LINK.match(value)
+                if link is None:
+                    continue
+                value = link.group(1)
+            if 0 < len(value.split()) <= MAX_VALUE_WORDS:
+                facts.append(PageFact(subject, match.group(1).strip(), value))
+    return facts
+
+
+def answer_of(value: str) -> str:
+    """The reference answer of a fact: the value without a leading currency sign ("$6.00" -> "6.00").
+
+    `must_include` is a substring test, so "6.00" accepts the answers "6.00" and "$6.00" alike.
+    """
+    return _CURRENCY.sub("", value)
+
+
+def question(label: str, subject: str) -> str:
+    """The task's intent; an acronym label keeps its case ("SKU"), others are lower-cased ("price").
+
+    A subject ending in punctuation (a post titled "Why X?") is quoted, so the question ends once.
+    """
+    quoted = f'"{subject}"' if subject[-1:] in "?!." else subject
+    return QUESTION.format(label=label if label.isupper() else label.lower(), subject=quoted)
+
+
+class HeldOutFacts:
+    """The facts that held-out tasks ask: an entity of a task's `instantiation_dict` with its reference answer.
+
+    A page fact is held out when its answer is one of a held-out task's answers and its subject names
+    that task's entity, by the same rule that ties a page to its episode's task ("Order #1171" names
+    the order "1171"), so that a test task's fact never reaches training under another phrasing.
+    """
+
+    def __init__(self, tasks: Iterable[Task] = ()) -> None:
+        self._entities: dict[str, set[str]] = {}
+        for task in tasks:
+            answers = ((task.eval or {}).get("reference_answers") or {}).get("must_include") or []
+            for answer in [answers] if isinstance(answers, str) else answers:
+                entities = self._entities.setdefault(normalise_intent(str(answer)), set())
+                entities.update(normalise_intent(str(value)) for value in task.instantiation_dict.values())
+
+    def covers(self, subject: str, answer: str) -> bool:
+        return _names_any(subject, self._entities.get(normalise_intent(answer), ()))
+
+
+def _names_any(subject: str, entities: Iterable[str]) -> bool:
+    """Whether `subject` is one of the normalised `entities` or holds one as whole words."""
+    key = f" {normalise_intent(subject)} "
+    return any(entity and f" {entity} " in key for entity in entities)
+
+
+def _names_task_entity(subject: str, task: Task) -> bool:
+    return _names_any(subject, (normalise_intent(str(value)) for value in task.instantiation_dict.values()))
+
+
+def _observations(trajectory: Trajectory) -> Iterator[str]:
+    for step in trajectory.steps:
+        if step.observation:
+            yield step.observation
+    if trajectory.final_observation:
+        yield trajectory.final_observation
+
+
+def page_fact_tasks(trajectories: Iterable[Trajectory], held_out: HeldOutFacts) -> list[Task]:
+    """One task per distinct (site, subject, label) seen in `trajectories`, in first-seen order.
+
+    Each starts where its episode started, carries a `string_match` evaluator with the page's value,
+    and records its page fact in `instantiation_dict` (`subject`) so that its own episodes can seed
+    further facts. A fact shown with two values (an episode that starred a project saw its stars
+    before and after) is dropped: the start state's value is not known. So are facts `held_out` covers.
+    """
+    found: dict[tuple[str, str, str], tuple[Task, PageFact]] = {}
+    values: dict[tuple[str, str, str], set[str]] = {}
+    for trajectory in trajectories:
+        origin = trajectory.task
+        for observation in _observations(trajectory):
+            for fact in facts_on_page(observation):
+                if not _names_task_entity(fact.subject, origin):
+                    continue
+                key = (origin.site, normalise_intent(fact.subject), fact.label.casefold())
+                found.setdefault(key, (origin, fact))
+                values.setdefault(key, set()).add(fact.value)
+    tasks = []
+    for key, (origin, fact) in found.items():
+        answer = answer_of(fact.value)
+        if len(values[key]) == 1 and not held_out.covers(fact.subject, answer):
+            tasks.append(_task(origin, fact, answer))
+    return tasks
+
+
+def _task(origin: Task, fact: PageFact, answer: str) -> Task:
+    label = fact.label if fact.label.isupper() else fact.label.lower()
+    return Task(
+        task_id="",
+        intent=question(fact.label, fact.subject),
+        sites=list(origin.sites),
+        start_url=origin.start_url,
+        eval={
+            "eval_types": ["string_match"],
+            "reference_answers": {"must_include": [answer]},
+            "reference_url": "",
+            "program_html": [],
+            "url_note": "EXACT",
+            "string_note": "",
+            "reference_answer_raw_annotation": fact.value,
+        },
+        intent_template=QUESTION.format(label=label, subject="{subject}"),
+        instantiation_dict={"subject": fact.subject},
+        require_login=origin.require_login,
+        storage_state=origin.storage_state,
+    )
