@@ -3,6 +3,7 @@ whole phase (proposed and topped-up tasks, on the embedded sites' real templates
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 
@@ -10,9 +11,9 @@ import pytest
 from sample_records import URL_MAP
 
 from webrl.curriculum.config import CurriculumConfig
-from webrl.curriculum.phase import needs_generator, propose_phase_tasks, top_up
+from webrl.curriculum.phase import needs_generator, propose_phase_tasks, top_up, with_stored_tasks
 from webrl.data.atomic_io import write_json_atomic
-from webrl.data.trajectory import Task, Trajectory, write_trajectories
+from webrl.data.trajectory import Task, Trajectory, sampled_copies, sampled_origin, write_trajectories
 from webrl.env.sites import load_suite, reinstantiate
 from webrl.run_layout import RunLayout
 
@@ -107,3 +108,40 @@ def test_only_llm_tasks_or_a_judge_need_a_generator():
     assert not needs_generator(CurriculumConfig(mode="template", judge=False))
     assert needs_generator(CurriculumConfig(mode="template", judge=True))
     assert needs_generator(CurriculumConfig(mode="llm", judge=False))
+
+
+def test_sampled_origin_strips_only_a_copy_suffix():
+    assert sampled_origin("12~3") == "12" and sampled_origin("12") == "12"
+    assert sampled_origin("a~b") == "a~b" and sampled_origin("re-101-4~1") == "re-101-4"
+
+
+def test_tasks_grown_from_trajectories_start_at_this_launchs_sites(tmp_path):
+    # The trajectories were written by a launch whose sites were on port 8; this launch's are on port 9.
+    train = load_suite("train", URL_MAP)
+    products = [t for t in train if t.intent_template_id == 107][:2]
+    layout = RunLayout(tmp_path)
+    write_json_atomic(layout.tasks_path(0), [t.to_dict() for t in products])
+    old = [dataclasses.replace(t, start_url=t.start_url.replace(":9/", ":8/")) for t in sampled_copies(products, 2)]
+    page = "<h1> {} </h1><p> SKU: X-1 </p><p> In stock: 3 </p>"
+    trajectories = [Trajectory(task=t, outcome=0.0, final_observation=page.format(t.intent[25:-1])) for t in old]
+    write_trajectories(layout.labelled_path(0), trajectories)
+    current = with_stored_tasks(trajectories, products)
+    assert [t.task.task_id for t in current] == [t.task_id for t in old]  # copies keep their own ids
+    assert [t.task.start_url for t in current] == [p.start_url for p in products for _ in range(2)]
+    config = CurriculumConfig(mode="template", tasks_per_phase=20, page_facts=4, seed=1)
+    tasks, metrics = propose_phase_tasks(
+        config,
+        1,
+        layout,
+        generator=lambda: pytest.fail("no generator needed"),
+        pool=train,
+        reinstantiate=reinstantiate,
+        start_observation=None,
+        critic=None,
+        seed=0,
+        resolve=lambda stored: stored,
+    )
+    pages = [t for t in tasks if t.extra.get("curriculum", {}).get("origin") == "page"]
+    assert len(pages) == 4 and metrics["curriculum/kept_page"] == 4.0
+    assert all(t.start_url == products[0].start_url for t in pages), {t.start_url for t in pages}
+    assert not [t.task_id for t in tasks if ":8/" in t.start_url]

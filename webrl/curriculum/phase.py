@@ -6,6 +6,7 @@ pieces it needs (the run's layout, task lists, callables), not the loop or the r
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ from webrl.curriculum.config import CurriculumConfig, template_full
 from webrl.curriculum.curriculum import Critic, Curriculum, Reinstantiate
 from webrl.curriculum.page_facts import HeldOutFacts
 from webrl.curriculum.state import STATE_FILE, CurriculumState
-from webrl.data.trajectory import Task, Trajectory
+from webrl.data.trajectory import Task, Trajectory, sampled_origin
 from webrl.inference.engine import InferenceEngine, build_engine
 from webrl.run_layout import RunLayout
 
@@ -70,6 +71,21 @@ def top_up(
     return tasks + added, skipped
 
 
+def with_stored_tasks(trajectories: Sequence[Trajectory], stored: Sequence[Task]) -> list[Trajectory]:
+    """`trajectories` with each task replaced by its record in `stored` (a copy `ID~k` keeps its own id).
+
+    A trajectory holds its task as the launch that ran it saw it, with that launch's site URLs; the embedded
+    sites take a new port at each launch, so a task grown from it (a page fact's start page, an LLM task's site
+    start page) would point a resumed run at a closed port. `stored` is the phase's task list resolved for
+    this launch.
+    """
+    by_id = {task.task_id: task for task in stored}
+    return [
+        dataclasses.replace(t, task=dataclasses.replace(by_id[sampled_origin(t.task.task_id)], task_id=t.task.task_id))
+        for t in trajectories
+    ]
+
+
 def phase_tasks(
     config: CurriculumConfig,
     phase: int,
@@ -119,13 +135,15 @@ def propose_phase_tasks(
     critic: Callable[[], Critic] | None,
     seed: int,
     held_out: Sequence[Task] = (),
+    resolve: Callable[[list[Task]], list[Task]] = list,
 ) -> tuple[list[Task], dict[str, float]]:
     """Phase `phase`'s tasks (phase 1 on) and metrics: proposed from phase `phase - 1`'s run, topped up from `pool`.
 
     `generator` and `critic` build the generator engine and the critic's scorer (None: no critic trained
     yet); the generator is built only when the curriculum's mode or judge needs one, loading a model
     costs seconds to minutes. `pool` is the whole training split, `seed` the top-up's, `held_out` the
-    tasks page-fact tasks must not ask about.
+    tasks page-fact tasks must not ask about. `resolve` points the stored phase tasks at this launch's sites
+    (`WebEnvironment.resolve`); the previous phase's trajectories get those task records (`with_stored_tasks`).
     """
     engine = generator() if needs_generator(config) else None
     tasks, metrics = phase_tasks(
@@ -134,7 +152,7 @@ def propose_phase_tasks(
         previous_dir=layout.phase_dir(phase - 1),
         phase_dir=layout.phase_dir(phase),
         first_tasks=layout.tasks(0),
-        previous_labelled=layout.labelled(phase - 1),
+        previous_labelled=with_stored_tasks(layout.labelled(phase - 1), resolve(layout.tasks(phase - 1))),
         generator=engine,
         reinstantiate=reinstantiate,
         start_observation=start_observation,

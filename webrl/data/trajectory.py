@@ -144,6 +144,12 @@ def sampled_copies(tasks: Iterable[Task], samples: int) -> list[Task]:
     ]
 
 
+def sampled_origin(task_id: str) -> str:
+    """The id of the task a `sampled_copies` copy was made from (`ID~k` -> `ID`); any other id is its own."""
+    base, sep, k = task_id.rpartition("~")
+    return base if sep and k.isdigit() else task_id
+
+
 @dataclass
 class Step:
     """One agent turn: what the model saw, what it said, what happened.
