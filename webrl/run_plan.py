@@ -28,6 +28,8 @@ def _phase_work(config: WebRLConfig, phase: int) -> str:
         return f"the starting actor on {tasks}, no training; {evaluation}"
     if config.curriculum_enabled:
         tasks = f"{config.curriculum.tasks_per_phase} tasks from the {config.curriculum.mode} curriculum"
+        if config.curriculum.page_facts:
+            tasks += f" and up to {config.curriculum.page_facts} page facts"
     else:
         tasks = "phase 0's tasks again"
     return f"{tasks}, rewards from {config.reward.source}, critic then actor; {evaluation}"

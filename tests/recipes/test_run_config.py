@@ -149,6 +149,9 @@ def test_dry_run_prints_the_stage_plan_and_writes_nothing(tmp_path, monkeypatch,
     assert "phase 0: to run" in text and "phase 2: to run" in text and "phase 3" not in text
     assert "64 train tasks" in text and "20 test tasks" in text
     assert f"writes {run_dir / 'phase_002'}" in text
+    assert "page facts" not in text
+    assert webrl.main(["--dry-run", f"output_dir={run_dir}", "phases=1", "curriculum.page_facts=8"]) == []
+    assert "tasks from the template curriculum and up to 8 page facts" in capsys.readouterr().out
 
 
 def test_dry_run_of_a_started_run_shows_what_is_done_and_what_a_relaunch_would_refuse(tmp_path, monkeypatch, capsys):
