@@ -7,6 +7,7 @@ that the reference solver really reached in Chromium and checks each task's eval
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from sample_records import URL_MAP
@@ -17,6 +18,7 @@ from webrl.curriculum.page_facts import (
     HeldOutFacts,
     PageFact,
     answer_of,
+    fact_holds,
     facts_on_page,
     page_fact_tasks,
     question,
@@ -133,24 +135,33 @@ def test_the_curriculum_offers_at_most_page_facts_tasks_beside_its_mode():
     product = next(t for t in train if t.intent_template_id == 107)
     name = product.instantiation_dict["product"]
     page = PRODUCT_PAGE.replace("Slate Dumbbell", name)
-    trajectories = [Trajectory(task=product, final_observation=page, outcome=0.0)]
+    url = f"{product.start_url}product/1"
+    trajectories = [Trajectory(task=product, final_url=url, final_observation=page, outcome=0.0)]
+    # TEST DOUBLE of the browser's fresh look at a page: the price has changed since the episode read it.
+    fresh = {url: page.replace("$6.00", "$7.00")}
 
-    def propose(page_facts: int) -> list[Task]:
+    def propose(page_facts: int) -> tuple[list[Task], dict[str, float]]:
         config = CurriculumConfig(mode="template", tasks_per_phase=20, page_facts=page_facts, seed=3)
-        curriculum = Curriculum(config, reinstantiate=reinstantiate)
+        curriculum = Curriculum(config, reinstantiate=reinstantiate, start_observation=lambda t: fresh[t.start_url])
         curriculum.register_tasks(train)
-        return curriculum.propose(1, trajectories).tasks
+        result = curriculum.propose(1, trajectories)
+        return result.tasks, result.metrics
 
-    pages = [t for t in propose(2) if t.extra["curriculum"]["origin"] == "page"]
-    assert len(pages) == 2
-    assert {t.intent for t in pages} < {question(label, name) for label in ("Price", "SKU", "Category")}
+    tasks, metrics = propose(3)
+    pages = [t for t in tasks if t.extra["curriculum"]["origin"] == "page"]
+    assert sorted(t.intent for t in pages) == sorted(question(label, name) for label in ("SKU", "Category"))
+    assert metrics["curriculum/rejected_page_check"] == 1.0 and metrics["curriculum/kept_page"] == 2.0
     assert all(t.has_evaluator and t.extra["curriculum"]["source"] == name for t in pages)
-    assert [t.to_dict() for t in propose(2)] == [t.to_dict() for t in propose(2)]
-    assert not any(t.extra["curriculum"]["origin"] == "page" for t in propose(0))
+    assert all(t.extra["page_fact"]["url"] == url for t in pages)
+    assert len([t for t in propose(1)[0] if t.extra["curriculum"]["origin"] == "page"]) == 1
+    assert [t.to_dict() for t in propose(2)[0]] == [t.to_dict() for t in propose(2)[0]]
+    assert not any(t.extra["curriculum"]["origin"] == "page" for t in propose(0)[0])
+    with pytest.raises(ValueError, match="page_facts needs start_observation"):
+        Curriculum(CurriculumConfig(mode="template", page_facts=1), reinstantiate=reinstantiate)
 
 
 @pytest.mark.timeout(600)
-def test_facts_read_off_real_pages_are_scored_by_their_evaluators():
+def test_facts_read_off_real_pages_are_scored_by_their_evaluators_and_checked_afresh():
     from webrl.env.browser import BrowserConfig, BrowserPool
     from webrl.env.limits import EpisodeLimits
     from webrl.env.sites import EmbeddedSites, scorecard
@@ -160,33 +171,38 @@ def test_facts_read_off_real_pages_are_scored_by_their_evaluators():
     async def run() -> None:
         with EmbeddedSites() as sites:
             train = load_suite("train", sites.url_map)
-            # Templates whose solver ends on an entity's page: product, admin customer, forum user, project, place.
-            chosen = [next(t for t in train if t.intent_template_id == i) for i in (107, 213, 309, 404, 505)]
-            pool = BrowserPool(BrowserConfig(max_concurrency=5))
-            await pool.start()
-            try:
+            # Solver episodes that end on an entity's page: product, admin customer, forum user, project, place;
+            # and one that opens a new issue, whose page did not exist when the episode started.
+            chosen = [next(t for t in train if t.intent_template_id == i) for i in (107, 213, 309, 404, 505, 405)]
+            backend = sites.backend()
+            async with BrowserPool(BrowserConfig(max_concurrency=6)) as pool:
                 solver = ScriptedEngine.for_embedded_sites()
                 result = await collect_rollouts(
                     solver,
                     chosen,
-                    sites.backend(),
+                    backend,
                     pool,
-                    concurrency=5,
+                    concurrency=6,
                     prompt_builder=solver.wrap(actor_prompt_for_step),
                     limits=EpisodeLimits(action_timeout_s=30.0),
                     progress=False,
                 )
-            finally:
-                await pool.close()
-        assert scorecard.failures(result.trajectories) == []
-        held_out = HeldOutFacts(load_suite("test", URL_MAP))
-        tasks = page_fact_tasks(result.trajectories, held_out)
+                assert scorecard.failures(result.trajectories) == []
+                tasks = page_fact_tasks(result.trajectories, HeldOutFacts(load_suite("test", URL_MAP)))
+                holds = {}
+                for task in tasks:
+                    check = dataclasses.replace(task, start_url=task.extra["page_fact"]["url"])
+                    async with pool.episode(check, backend) as episode:
+                        holds[task.intent] = fact_holds(task, (await episode.reset()).html)
         assert {t.site for t in tasks} == {"shopping", "shopping_admin", "reddit", "gitlab", "map"}
-        shown = {
-            question(f.label, f.subject): f.value
-            for trajectory in result.trajectories
-            for f in facts_on_page(trajectory.final_observation)
-        }
+        new_issue = chosen[-1].instantiation_dict["title"]
+        assert {intent for intent, ok in holds.items() if not ok} == {t.intent for t in tasks if new_issue in t.intent}
+        assert any(new_issue in t.intent for t in tasks), "the new issue's page gave facts to reject"
+        shown: dict[str, str] = {}
+        for trajectory in result.trajectories:
+            for page in [*(step.observation for step in trajectory.steps), trajectory.final_observation]:
+                for f in facts_on_page(page):
+                    shown.setdefault(question(f.label, f.subject), f.value)
         for task in tasks:
             assert (await string_match(task.eval["reference_answers"], shown[task.intent]))[0] == 1.0, task.intent
             assert (await string_match(task.eval["reference_answers"], "I do not know"))[0] == 0.0, task.intent

@@ -123,11 +123,24 @@ def test_tasks_grown_from_trajectories_start_at_this_launchs_sites(tmp_path):
     write_json_atomic(layout.tasks_path(0), [t.to_dict() for t in products])
     old = [dataclasses.replace(t, start_url=t.start_url.replace(":9/", ":8/")) for t in sampled_copies(products, 2)]
     page = "<h1> {} </h1><p> SKU: X-1 </p><p> In stock: 3 </p>"
-    trajectories = [Trajectory(task=t, outcome=0.0, final_observation=page.format(t.intent[25:-1])) for t in old]
+    trajectories = [
+        Trajectory(
+            task=t, outcome=0.0, final_url=f"{t.start_url}p/{t.task_id}", final_observation=page.format(t.intent[25:-1])
+        )
+        for t in old
+    ]
     write_trajectories(layout.labelled_path(0), trajectories)
     current = with_stored_tasks(trajectories, products)
     assert [t.task.task_id for t in current] == [t.task_id for t in old]  # copies keep their own ids
     assert [t.task.start_url for t in current] == [p.start_url for p in products for _ in range(2)]
+    assert [t.final_url for t in current] == [t.final_url.replace(":8/", ":9/") for t in trajectories]
+    opened: list[str] = []
+
+    def start_observation(task: Task) -> str:
+        """TEST DOUBLE of the browser: the page at `task.start_url`, as the trajectories saw it."""
+        opened.append(task.start_url)
+        return next(t.final_observation for t in current if t.final_url == task.start_url)
+
     config = CurriculumConfig(mode="template", tasks_per_phase=20, page_facts=4, seed=1)
     tasks, metrics = propose_phase_tasks(
         config,
@@ -136,7 +149,7 @@ def test_tasks_grown_from_trajectories_start_at_this_launchs_sites(tmp_path):
         generator=lambda: pytest.fail("no generator needed"),
         pool=train,
         reinstantiate=reinstantiate,
-        start_observation=None,
+        start_observation=start_observation,
         critic=None,
         seed=0,
         resolve=lambda stored: stored,
@@ -145,3 +158,4 @@ def test_tasks_grown_from_trajectories_start_at_this_launchs_sites(tmp_path):
     assert len(pages) == 4 and metrics["curriculum/kept_page"] == 4.0
     assert all(t.start_url == products[0].start_url for t in pages), {t.start_url for t in pages}
     assert not [t.task_id for t in tasks if ":8/" in t.start_url]
+    assert opened and all(":9/" in url for url in opened)

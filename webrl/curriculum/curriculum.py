@@ -42,7 +42,7 @@ from webrl.curriculum.filters import (
     value_verdict,
 )
 from webrl.curriculum.generation import GenerationRequest, TaskGenerator
-from webrl.curriculum.page_facts import HeldOutFacts, page_fact_tasks
+from webrl.curriculum.page_facts import HeldOutFacts, checked_facts, page_fact_tasks
 from webrl.curriculum.state import CurriculumState, PhaseRecord
 from webrl.data.prompts import build_actor_prompt
 from webrl.data.trajectory import Task, Trajectory
@@ -62,6 +62,7 @@ _FILTER_OF_REASON = {
     "infeasible": "judge",
     "judge_unparsed": "judge",
     "template_cap": "template_cap",
+    "unverified": "page_check",
 }
 
 
@@ -92,7 +93,8 @@ class Curriculum:
     site's seeds). `start_observation(task)` returns the simplified HTML of the task's start page
     (the loop opens it in the browser); it is called once per start URL and cached. `critic_prompt
     (task, html)` builds the critic's input, by default the round-0 actor prompt. `held_out` holds the facts
-    of the held-out tasks, which page-fact tasks must not ask.
+    of the held-out tasks, which page-fact tasks must not ask; page facts also need `start_observation`, which
+    opens each fact's page afresh to check it.
     """
 
     def __init__(
@@ -115,6 +117,8 @@ class Curriculum:
             raise ValueError(f"curriculum.mode={config.mode!r} needs a generator engine (none was given)")
         if config.mode in ("template", "mixed") and reinstantiate is None:
             raise ValueError(f"curriculum.mode={config.mode!r} needs a reinstantiate(task, rng, n) function")
+        if config.page_facts and start_observation is None:
+            raise ValueError("curriculum.page_facts needs start_observation(task) -> html to check each fact's page")
         if judge_engine is None:
             judge_engine, judge_tokenizer = generator_engine, generator_tokenizer
         if config.judge and judge_engine is None:
@@ -158,7 +162,7 @@ class Curriculum:
         if self.config.mode in ("template", "mixed"):
             candidates += self._from_templates(phase, seeds, record)
         if self.config.page_facts:
-            candidates += self._from_pages(phase, trajectories)
+            candidates += self._from_pages(phase, trajectories, record)
         record.generated = [
             {"intent": c.task.intent, "site": c.task.site, "origin": c.origin, "source": c.source} for c in candidates
         ]
@@ -217,12 +221,14 @@ class Curriculum:
                 candidates.append(_Candidate(task, "template", seed.task_id))
         return candidates
 
-    def _from_pages(self, phase: int, trajectories: list[Trajectory]) -> list[_Candidate]:
-        """Up to `page_facts` page-fact tasks, drawn by the phase's stream from every fact the episodes reached."""
+    def _from_pages(self, phase: int, trajectories: list[Trajectory], record: PhaseRecord) -> list[_Candidate]:
+        """Up to `page_facts` page-fact tasks in the order the phase's stream draws them, each whose page still
+        shows its fact when opened afresh (`checked_facts`)."""
         tasks = page_fact_tasks(trajectories, self.held_out)
-        rng = phase_rng(self.config.seed, phase, "pages")
-        drawn = rng.sample(tasks, min(self.config.page_facts, len(tasks)))
-        return [_Candidate(task, "page", task.instantiation_dict["subject"]) for task in drawn]
+        phase_rng(self.config.seed, phase, "pages").shuffle(tasks)
+        kept, refused = checked_facts(tasks, self.config.page_facts, self._start_html)
+        record.rejected.extend(_rejection(t.intent, t.site, "page", "unverified", t.start_url) for t in refused)
+        return [_Candidate(task, "page", task.instantiation_dict["subject"]) for task in kept]
 
     def _dedupe(self, candidates: list[_Candidate], record: PhaseRecord) -> list[_Candidate]:
         fresh, keys = [], set()
@@ -337,7 +343,7 @@ def _metrics(
         "curriculum/unused": float(by_filter["unused"]),
         "curriculum/duplicate_rate": by_filter["duplicate"] / len(candidates) if candidates else 0.0,
     }
-    for name in ("parse", "duplicate", "critic", "judge", "no_template", "template_cap"):
+    for name in ("parse", "duplicate", "critic", "judge", "no_template", "template_cap", "page_check"):
         metrics[f"curriculum/rejected_{name}"] = float(by_filter[name])
     for origin, count in sorted(Counter(task.extra["curriculum"]["origin"] for task in tasks).items()):
         metrics[f"curriculum/kept_{origin}"] = float(count)

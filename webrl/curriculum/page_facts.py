@@ -14,8 +14,9 @@ reference answer) is never proposed, so held-out tasks cannot leak into training
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from webrl.curriculum.filters import normalise_intent
@@ -120,12 +121,13 @@ def _names_task_entity(subject: str, task: Task) -> bool:
     return _names_any(subject, (normalise_intent(str(value)) for value in task.instantiation_dict.values()))
 
 
-def _observations(trajectory: Trajectory) -> Iterator[str]:
+def _observations(trajectory: Trajectory) -> Iterator[tuple[str, str]]:
+    """(page URL, observation) of every page the episode saw: each step's, then the final one."""
     for step in trajectory.steps:
         if step.observation:
-            yield step.observation
+            yield step.url, step.observation
     if trajectory.final_observation:
-        yield trajectory.final_observation
+        yield trajectory.final_url, trajectory.final_observation
 
 
 def page_fact_tasks(trajectories: Iterable[Trajectory], held_out: HeldOutFacts) -> list[Task]:
@@ -133,29 +135,59 @@ def page_fact_tasks(trajectories: Iterable[Trajectory], held_out: HeldOutFacts) 
 
     Each starts where its episode started, carries a `string_match` evaluator with the page's value,
     and records its page fact in `instantiation_dict` (`subject`) so that its own episodes can seed
-    further facts. A fact shown with two values (an episode that starred a project saw its stars
-    before and after) is dropped: the start state's value is not known. So are facts `held_out` covers.
+    further facts, and in `extra["page_fact"]` with the page's URL, where `fact_holds` checks it. A fact
+    shown with two values (an episode that starred a project saw its stars before and after) is dropped:
+    the start state's value is not known. So are facts `held_out` covers.
     """
-    found: dict[tuple[str, str, str], tuple[Task, PageFact]] = {}
+    found: dict[tuple[str, str, str], tuple[Task, PageFact, str]] = {}
     values: dict[tuple[str, str, str], set[str]] = {}
     for trajectory in trajectories:
         origin = trajectory.task
-        for observation in _observations(trajectory):
+        for url, observation in _observations(trajectory):
             for fact in facts_on_page(observation):
                 if not _names_task_entity(fact.subject, origin):
                     continue
                 key = (origin.site, normalise_intent(fact.subject), fact.label.casefold())
-                found.setdefault(key, (origin, fact))
+                found.setdefault(key, (origin, fact, url))
                 values.setdefault(key, set()).add(fact.value)
     tasks = []
-    for key, (origin, fact) in found.items():
+    for key, (origin, fact, url) in found.items():
         answer = answer_of(fact.value)
         if len(values[key]) == 1 and not held_out.covers(fact.subject, answer):
-            tasks.append(_task(origin, fact, answer))
+            tasks.append(_task(origin, fact, answer, url))
     return tasks
 
 
-def _task(origin: Task, fact: PageFact, answer: str) -> Task:
+def fact_holds(task: Task, observation: str) -> bool:
+    """Whether `observation`, the fact's page opened afresh, still shows the page-fact task's fact.
+
+    An episode may have made the page it read: a question episode that opened a new issue saw the issue's page,
+    which does not exist when an episode starts. Opening the URL in a new episode tells such pages apart.
+    """
+    fact = task.extra["page_fact"]
+    return PageFact(task.instantiation_dict["subject"], fact["label"], fact["value"]) in facts_on_page(observation)
+
+
+def checked_facts(tasks: Iterable[Task], limit: int, open_page: Callable[[Task], str]) -> tuple[list[Task], list[Task]]:
+    """The first `limit` page-fact tasks whose fact holds on its page opened afresh, and those refused on the way.
+
+    `open_page(task)` returns the simplified HTML of `task.start_url` in a new episode; each task is checked
+    through a copy that starts at its fact's page, so a refused one is named by that URL.
+    """
+    kept: list[Task] = []
+    refused: list[Task] = []
+    for task in tasks:
+        if len(kept) == limit:
+            break
+        check = dataclasses.replace(task, start_url=task.extra["page_fact"]["url"])
+        if fact_holds(task, open_page(check)):
+            kept.append(task)
+        else:
+            refused.append(check)
+    return kept, refused
+
+
+def _task(origin: Task, fact: PageFact, answer: str, url: str) -> Task:
     label = fact.label if fact.label.isupper() else fact.label.lower()
     return Task(
         task_id="",
@@ -173,6 +205,7 @@ def _task(origin: Task, fact: PageFact, answer: str) -> Task:
         },
         intent_template=QUESTION.format(label=label, subject="{subject}"),
         instantiation_dict={"subject": fact.subject},
+        extra={"page_fact": {"url": url, "label": fact.label, "value": fact.value}},
         require_login=origin.require_login,
         storage_state=origin.storage_state,
     )

@@ -11,6 +11,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from webrl.curriculum.config import CurriculumConfig, template_full
 from webrl.curriculum.curriculum import Critic, Curriculum, Reinstantiate
@@ -74,16 +75,31 @@ def top_up(
 def with_stored_tasks(trajectories: Sequence[Trajectory], stored: Sequence[Task]) -> list[Trajectory]:
     """`trajectories` with each task replaced by its record in `stored` (a copy `ID~k` keeps its own id).
 
-    A trajectory holds its task as the launch that ran it saw it, with that launch's site URLs; the embedded
-    sites take a new port at each launch, so a task grown from it (a page fact's start page, an LLM task's site
-    start page) would point a resumed run at a closed port. `stored` is the phase's task list resolved for
-    this launch.
+    A trajectory holds its task and page URLs as the launch that ran it saw them; the embedded sites take a
+    new port at each launch, so a task grown from it (a page fact's start page and fact page, an LLM task's
+    site start page) would point a resumed run at a closed port. `stored` is the phase's task list resolved
+    for this launch; the pages' URLs move from the old task's origin to the stored one's.
     """
     by_id = {task.task_id: task for task in stored}
-    return [
-        dataclasses.replace(t, task=dataclasses.replace(by_id[sampled_origin(t.task.task_id)], task_id=t.task.task_id))
-        for t in trajectories
-    ]
+    return [_rebased(t, by_id[sampled_origin(t.task.task_id)]) for t in trajectories]
+
+
+def _rebased(trajectory: Trajectory, stored: Task) -> Trajectory:
+    task = dataclasses.replace(stored, task_id=trajectory.task.task_id)
+    old, new = _origin(trajectory.task.start_url), _origin(stored.start_url)
+    if old == new:
+        return dataclasses.replace(trajectory, task=task)
+
+    def move(url: str) -> str:
+        return new + url[len(old) :] if url.startswith(old) else url
+
+    steps = [dataclasses.replace(step, url=move(step.url)) for step in trajectory.steps]
+    return dataclasses.replace(trajectory, task=task, steps=steps, final_url=move(trajectory.final_url))
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def phase_tasks(
