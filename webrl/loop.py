@@ -162,7 +162,7 @@ class PhaseLoop:
                     start_observation=self.env.start_observation,
                     critic=partial(critic_scorer, config, self.sft_dir, trained) if trained else None,
                     seed=stage_seed(config.seed, phase, "curriculum"),
-                    held_out=self.env.held_out_tasks(),
+                    held_out=self.env.held_out_tasks() if config.curriculum.page_facts else (),
                     resolve=self.env.resolve,
                 )
             write_json_atomic(out, self.env.portable(tasks))

@@ -130,7 +130,7 @@ def phase_tasks(
         reinstantiate=reinstantiate,
         start_observation=start_observation,
         state=state,
-        held_out=HeldOutFacts(held_out if config.page_facts else ()),
+        held_out=HeldOutFacts(held_out),
     )
     if state is None:
         curriculum.register_tasks(first_tasks)
