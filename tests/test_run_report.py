@@ -113,6 +113,9 @@ def jpeg(run, pool) -> bytes:
     async def shoot() -> bytes:
         page = await (await pool.browser()).new_page(viewport={"width": 320, "height": 200})
         await page.set_content("<h1 style='color:#06c'>Order #12: $30.00</h1>")
+        # On a starved CPU the first frame can lag the content, and a capture before it fails ("Unable to capture
+        # screenshot", seen once in CI beside a training job); after one animation frame the page has been drawn.
+        await page.evaluate("() => new Promise(requestAnimationFrame)")
         data = await page.screenshot(type="jpeg", quality=50)
         await page.close()
         return data
