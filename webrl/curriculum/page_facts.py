@@ -102,13 +102,22 @@ class HeldOutFacts:
     def __init__(self, tasks: Iterable[Task] = ()) -> None:
         self._entities: dict[str, set[str]] = {}
         for task in tasks:
-            answers = ((task.eval or {}).get("reference_answers") or {}).get("must_include") or []
-            for answer in [answers] if isinstance(answers, str) else answers:
-                entities = self._entities.setdefault(normalise_intent(str(answer)), set())
+            for answer in _reference_answers(task):
+                entities = self._entities.setdefault(normalise_intent(answer), set())
                 entities.update(normalise_intent(str(value)) for value in task.instantiation_dict.values())
 
     def covers(self, subject: str, answer: str) -> bool:
         return _names_any(subject, self._entities.get(normalise_intent(answer), ()))
+
+
+def _reference_answers(task: Task) -> list[str]:
+    """Every answer a task's string_match accepts: its `exact_match`, each `must_include` and each `one_of` value."""
+    references = (task.eval or {}).get("reference_answers") or {}
+    answers: list[str] = []
+    for approach in ("exact_match", "must_include", "one_of"):
+        value = references.get(approach) or []
+        answers += [value] if isinstance(value, str) else [str(item) for item in value]
+    return answers
 
 
 def _names_any(subject: str, entities: Iterable[str]) -> bool:
