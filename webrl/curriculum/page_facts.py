@@ -88,7 +88,11 @@ def question(label: str, subject: str) -> str:
     A subject ending in punctuation (a post titled "Why X?") is quoted, so the question ends once.
     """
     quoted = f'"{subject}"' if subject[-1:] in "?!." else subject
-    return QUESTION.format(label=label if label.isupper() else label.lower(), subject=quoted)
+    return QUESTION.format(label=_label_word(label), subject=quoted)
+
+
+def _label_word(label: str) -> str:
+    return label if label.isupper() else label.lower()
 
 
 class HeldOutFacts:
@@ -197,7 +201,6 @@ def checked_facts(tasks: Iterable[Task], limit: int, open_page: Callable[[Task],
 
 
 def _task(origin: Task, fact: PageFact, answer: str, url: str) -> Task:
-    label = fact.label if fact.label.isupper() else fact.label.lower()
     return Task(
         task_id="",
         intent=question(fact.label, fact.subject),
@@ -212,7 +215,7 @@ def _task(origin: Task, fact: PageFact, answer: str, url: str) -> Task:
             "string_note": "",
             "reference_answer_raw_annotation": fact.value,
         },
-        intent_template=QUESTION.format(label=label, subject="{subject}"),
+        intent_template=QUESTION.format(label=_label_word(fact.label), subject="{subject}"),
         instantiation_dict={"subject": fact.subject},
         extra={"page_fact": {"url": url, "label": fact.label, "value": fact.value}},
         require_login=origin.require_login,
