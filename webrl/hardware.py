@@ -2,8 +2,9 @@
 
 bf16 only pays on a CPU that multiplies in it: with AVX512-BF16 (or AMX) a SmolLM2 training step of 8 x 512
 tokens took 16.5 s in `bf16-mixed`; on an AVX-512 CPU without it, 53 s against 14.5 s in fp32, and vLLM generated
-1.6 times slower in bf16 than in fp32 there (README, "Speed levers measured"). `fabric.precision=auto` and the
-CPU vLLM engine ask this module which to use. It reads a text file, so that `--help` and `--dry-run` stay fast.
+1.6 times slower in bf16 than in fp32 there (docs/experiments.md, "Speed levers measured").
+`fabric.precision=auto` and the CPU vLLM engine ask this module which to use. It reads a text file, so that
+`--help` and `--dry-run` stay fast.
 """
 
 from __future__ import annotations

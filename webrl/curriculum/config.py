@@ -68,7 +68,7 @@ class CurriculumConfig:
     `max_per_template` defaults to 0 (no cap), the paper's behaviour, so that runs made before it keep
     their tasks. The SmolLM2 recipe sets 3, what one failed seed yields at the default `variants_per_seed`:
     a template then fills no more of a phase than one of its failures would. Phase 1 of the measured
-    SmolLM2 run (README) kept 6 tasks each of 4 templates (two failed seeds times 3 variants), and one of
+    SmolLM2 run (docs/experiments.md) kept 6 tasks each of 4 templates (two failed seeds times 3 variants), and one of
     them gave 6 of the phase's 14 successes. Replayed with a cap of 3, that phase has 48 tasks of 26
     templates instead of 17; a cap of 6 (an eighth of 48) would not have bound. The price: the 12
     set-aside places go to training tasks topped up at random rather than to failure-grown ones.
