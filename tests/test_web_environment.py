@@ -116,6 +116,18 @@ def test_run_episodes_resumes_from_its_file_and_returns_task_order(env: WebEnvir
     assert len(read_trajectories(out)) == 2
 
 
+def test_a_start_page_is_cut_as_the_runs_episodes_cut_it(env: WebEnvironment):
+    """The curriculum's critic filter and page-fact check read start pages as the run's episodes see them."""
+    task = next(t for t in env.suite("train", 0, 0) if t.task_id == EPISODE_TASKS[0])
+    whole = env.start_observation(task)
+    env.config.env.html_chars = 120
+    try:
+        cut = env.start_observation(task)
+    finally:
+        env.config.env.html_chars = WebRLConfig().env.html_chars
+    assert len(whole) > 200 and len(cut) < 200 and cut[:60] == whole[:60], (len(whole), cut)
+
+
 def test_a_phases_stored_tasks_follow_the_sites_to_the_next_launchs_port(tmp_path):
     """A resume starts another sites server on another port: stored tasks must not point at the old one."""
     config = load_config(WebRLConfig, [])

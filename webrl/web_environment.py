@@ -213,10 +213,11 @@ class WebEnvironment:
         return ScreenshotRecorder(config, directory, evaluation=evaluation, seed=seed) if config.enabled else None
 
     def start_observation(self, task: Task) -> str:
-        """The simplified HTML of `task`'s start page (for the curriculum's critic filter)."""
+        """The simplified HTML of `task`'s start page, cut as the run's episodes cut it (`env.html_chars`,
+        `env.observe_region`): the curriculum's critic filter scores it, and its page-fact check reads it."""
         return asyncio.run(self._start_observation(task))
 
     async def _start_observation(self, task: Task) -> str:
-        async with BrowserPool(self.browser_config()) as pool, pool.episode(task, self.backend) as episode:
-            observation = await episode.reset()
-            return observation.html
+        cut = self.observation_config()
+        async with BrowserPool(self.browser_config()) as pool, pool.episode(task, self.backend, None, cut) as episode:
+            return (await episode.reset()).html

@@ -130,6 +130,20 @@ def test_a_fact_a_held_out_task_asks_is_never_proposed():
     assert [t.intent for t in tasks] == ["What is the date of Order #1171?"]
 
 
+def test_held_out_answers_count_in_every_string_match_form():
+    def held(references: dict) -> HeldOutFacts:
+        task = Task("t", "a question", ["shopping"], START, instantiation_dict={"product": "Slate Dumbbell"})
+        return HeldOutFacts([dataclasses.replace(task, eval={"reference_answers": references})])
+
+    assert held({"fuzzy_match": ["SPO-0070"]}).covers("Slate Dumbbell", "SPO-0070")
+    either = held({"must_include": ["SPO0070 |OR| SPO-0070"]})
+    assert either.covers("Slate Dumbbell", "SPO-0070") and not either.covers("Slate Dumbbell", "SPO-0071")
+    # All items of a must_include list make one answer: the page's "Jane Doe" is it, "Jane Smith" is not.
+    both = held({"must_include": ["Jane", "Doe"]})
+    assert both.covers("Slate Dumbbell", "Jane Doe") and not both.covers("Slate Dumbbell", "Jane Smith")
+    assert not held({"fuzzy_match": "N/A"}).covers("Slate Dumbbell", "SPO-0070")
+
+
 def test_the_evaluator_accepts_the_value_as_the_page_shows_it_and_refuses_another_field():
     tasks = page_fact_tasks([episode({"product": "Slate Dumbbell"}, PRODUCT_PAGE)], HeldOutFacts())
     for task in tasks:
@@ -138,6 +152,16 @@ def test_the_evaluator_accepts_the_value_as_the_page_shows_it_and_refuses_anothe
         assert asyncio.run(string_match(references, shown)) == (1.0, False), task.intent
         others = [f.value for f in facts_on_page(PRODUCT_PAGE) if f.value != shown]
         assert all(asyncio.run(string_match(references, other))[0] == 0.0 for other in others), task.intent
+    # A whole number must be the answer: as a substring, 88 would accept 1880.
+    stock = page_fact_tasks(
+        [episode({"product": "Slate Dumbbell"}, "<h1> Slate Dumbbell </h1><p> Stock: 88 </p>")], HeldOutFacts()
+    )
+    references = stock[0].eval["reference_answers"]
+    assert references == {"exact_match": "88"}
+    assert (
+        asyncio.run(string_match(references, "88"))[0] == 1.0
+        and asyncio.run(string_match(references, "1880"))[0] == 0.0
+    )
 
 
 def test_the_curriculum_offers_at_most_page_facts_tasks_beside_its_mode():
@@ -166,6 +190,16 @@ def test_the_curriculum_offers_at_most_page_facts_tasks_beside_its_mode():
     assert len([t for t in propose(1)[0] if t.extra["curriculum"]["origin"] == "page"]) == 1
     assert [t.to_dict() for t in propose(2)[0]] == [t.to_dict() for t in propose(2)[0]]
     assert not any(t.extra["curriculum"]["origin"] == "page" for t in propose(0)[0])
+    # Later phases whose episodes revisit the page: the facts asked before take no slot, so each phase asks a new
+    # one until none is left.
+    config = CurriculumConfig(mode="template", tasks_per_phase=20, page_facts=1, seed=3)
+    curriculum = Curriculum(config, reinstantiate=reinstantiate, start_observation=lambda t: page)
+    curriculum.register_tasks(train)
+    asked = [
+        [t.intent for t in curriculum.propose(phase, trajectories).tasks if t.extra["curriculum"]["origin"] == "page"]
+        for phase in (1, 2, 3, 4)
+    ]
+    assert [len(intents) for intents in asked] == [1, 1, 1, 0] and len({i for intents in asked for i in intents}) == 3
     with pytest.raises(ValueError, match="page_facts needs start_observation"):
         Curriculum(CurriculumConfig(mode="template", page_facts=1), reinstantiate=reinstantiate)
 

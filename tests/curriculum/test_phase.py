@@ -87,6 +87,7 @@ def test_a_capped_phase_keeps_its_size_and_no_template_passes_the_cap(tmp_path, 
         start_observation=None,
         critic=None,
         seed=7,
+        resolve=list,
     )
     assert len(tasks) == 16 and len({t.intent for t in tasks}) == 16
     per_template = Counter(t.intent_template for t in tasks)

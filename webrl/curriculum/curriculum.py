@@ -8,7 +8,7 @@ Per phase:
    (`reinstantiate`, e.g. `webrl.env.sites.reinstantiate`), so the tasks keep their evaluators and
    the run can measure the ORM against them; `mixed` does both. With `page_facts` > 0, any mode
    also offers questions about labelled values on the pages the previous phase's episodes reached
-   (`page_facts.page_fact_tasks`: fields no training template asks for, each with its evaluator).
+   (`page_facts.page_fact_tasks`: fields of the entities the agent met, each with its evaluator).
 3. Filters, cheap first: dedupe against every intent seen so far (training set, seeds, earlier
    phases' tasks) and within the phase; the critic's P(success) on the task's start page must lie in
    `value_window` (skipped while no critic exists); then, while choosing, an optional feasibility
@@ -223,8 +223,9 @@ class Curriculum:
 
     def _from_pages(self, phase: int, trajectories: list[Trajectory], record: PhaseRecord) -> list[_Candidate]:
         """Up to `page_facts` page-fact tasks in the order the phase's stream draws them, each whose page still
-        shows its fact when opened afresh (`checked_facts`)."""
-        tasks = page_fact_tasks(trajectories, self.held_out)
+        shows its fact when opened afresh (`checked_facts`). Questions asked in earlier phases are left out before
+        the check, so that a page that every phase revisits does not take the slots of facts not yet asked."""
+        tasks = [t for t in page_fact_tasks(trajectories, self.held_out) if not self.state.is_seen(t.intent)]
         phase_rng(self.config.seed, phase, "pages").shuffle(tasks)
         kept, refused = checked_facts(tasks, self.config.page_facts, self._start_html)
         record.rejected.extend(_rejection(t.intent, t.site, "page", "unverified", t.start_url) for t in refused)

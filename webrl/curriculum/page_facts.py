@@ -3,8 +3,9 @@
 WebRL's curriculum asks an LLM for tasks unlike the training set, grown from what the agent met; a
 135M generator cannot write them. Pages can: a product page an episode opened for "What is the price of
 X?" also shows "SKU: KIT-0006" and "In stock: 88", so it yields "What is the SKU of X?" with a known
-answer. These tasks ask for a field no training template asks for, which the template curriculum never
-reaches, and each carries a `string_match` evaluator with the value read off the page.
+answer. These tasks ask for fields of the entities the agent met, most of which no training template asks
+for and the template curriculum never reaches, and each carries a `string_match` evaluator with the value
+read off the page.
 
 A page is used only when its heading names an entity of the episode's own task (a value of the task's
 `instantiation_dict`), so that the question names something the agent can search or click, and not a
@@ -82,6 +83,12 @@ def answer_of(value: str) -> str:
     return _CURRENCY.sub("", value)
 
 
+def reference_answers(answer: str) -> dict[str, object]:
+    """The `string_match` reference of a fact's answer: a whole number must be the answer (`exact_match`),
+    since as a substring "88" would accept "1880"; any other value must be in it (`must_include`)."""
+    return {"exact_match": answer} if answer.isdigit() else {"must_include": [answer]}
+
+
 def question(label: str, subject: str) -> str:
     """The task's intent; an acronym label keeps its case ("SKU"), others are lower-cased ("price").
 
@@ -104,24 +111,46 @@ class HeldOutFacts:
     """
 
     def __init__(self, tasks: Iterable[Task] = ()) -> None:
-        self._entities: dict[str, set[str]] = {}
+        self._asked: list[tuple[set[str], list[list[list[str]]]]] = []
         for task in tasks:
-            for answer in _reference_answers(task):
-                entities = self._entities.setdefault(normalise_intent(answer), set())
-                entities.update(normalise_intent(str(value)) for value in task.instantiation_dict.values())
+            answers = _reference_answers(task)
+            if answers:
+                entities = {normalise_intent(str(value)) for value in task.instantiation_dict.values()}
+                self._asked.append((entities, answers))
 
     def covers(self, subject: str, answer: str) -> bool:
-        return _names_any(subject, self._entities.get(normalise_intent(answer), ()))
+        value = f" {normalise_intent(answer)} "
+        return any(
+            _names_any(subject, entities) and any(_answers(value, items) for items in answers)
+            for entities, answers in self._asked
+        )
 
 
-def _reference_answers(task: Task) -> list[str]:
-    """Every answer a task's string_match accepts: its `exact_match`, each `must_include` and each `one_of` value."""
+def _reference_answers(task: Task) -> list[list[list[str]]]:
+    """Every answer a task's string_match accepts, each a list of items, each item its `|OR|` alternatives.
+
+    `exact_match`, `fuzzy_match` and `one_of` values are answers of one item; a `must_include` list is one
+    answer of all its items ("Jane", "Doe": a page's "Jane Doe" is that answer).
+    """
     references = (task.eval or {}).get("reference_answers") or {}
-    answers: list[str] = []
-    for approach in ("exact_match", "must_include", "one_of"):
+    answers: list[list[list[str]]] = []
+    for approach in ("exact_match", "fuzzy_match", "one_of", "must_include"):
         value = references.get(approach) or []
-        answers += [value] if isinstance(value, str) else [str(item) for item in value]
+        items = [_alternatives(item) for item in ([value] if isinstance(value, str) else value)]
+        if approach == "must_include":
+            answers += [items] if items else []
+        else:
+            answers += [[item] for item in items]
     return answers
+
+
+def _alternatives(item: object) -> list[str]:
+    return [normalise_intent(part) for part in str(item).split(" |OR| ") if normalise_intent(part)]
+
+
+def _answers(value: str, items: list[list[str]]) -> bool:
+    """Whether the padded, normalised page `value` holds every item (one of its alternatives) as whole words."""
+    return all(any(f" {alternative} " in value for alternative in item) for item in items)
 
 
 def _names_any(subject: str, entities: Iterable[str]) -> bool:
@@ -208,7 +237,7 @@ def _task(origin: Task, fact: PageFact, answer: str, url: str) -> Task:
         start_url=origin.start_url,
         eval={
             "eval_types": ["string_match"],
-            "reference_answers": {"must_include": [answer]},
+            "reference_answers": reference_answers(answer),
             "reference_url": "",
             "program_html": [],
             "url_note": "EXACT",

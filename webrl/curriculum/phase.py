@@ -151,7 +151,7 @@ def propose_phase_tasks(
     critic: Callable[[], Critic] | None,
     seed: int,
     held_out: Sequence[Task] = (),
-    resolve: Callable[[list[Task]], list[Task]] = list,
+    resolve: Callable[[list[Task]], list[Task]],
 ) -> tuple[list[Task], dict[str, float]]:
     """Phase `phase`'s tasks (phase 1 on) and metrics: proposed from phase `phase - 1`'s run, topped up from `pool`.
 
