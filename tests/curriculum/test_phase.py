@@ -135,6 +135,8 @@ def test_tasks_grown_from_trajectories_start_at_this_launchs_sites(tmp_path):
     assert [t.task.task_id for t in current] == [t.task_id for t in old]  # copies keep their own ids
     assert [t.task.start_url for t in current] == [p.start_url for p in products for _ in range(2)]
     assert [t.final_url for t in current] == [t.final_url.replace(":8/", ":9/") for t in trajectories]
+    with pytest.raises(ValueError, match=r"tasks.json does not hold: \['(\d+)', '\1~1'\] \(2\)"):
+        with_stored_tasks(trajectories, products[1:])
     opened: list[str] = []
 
     def start_observation(task: Task) -> str:

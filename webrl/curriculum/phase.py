@@ -81,6 +81,9 @@ def with_stored_tasks(trajectories: Sequence[Trajectory], stored: Sequence[Task]
     for this launch; the pages' URLs move from the old task's origin to the stored one's.
     """
     by_id = {task.task_id: task for task in stored}
+    missing = sorted({t.task.task_id for t in trajectories if sampled_origin(t.task.task_id) not in by_id})
+    if missing:
+        raise ValueError(f"trajectories of tasks the phase's tasks.json does not hold: {missing[:5]} ({len(missing)})")
     return [_rebased(t, by_id[sampled_origin(t.task.task_id)]) for t in trajectories]
 
 
