@@ -13,6 +13,7 @@ writes `<output_dir>/filtered_bc.json`.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -53,7 +54,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         )
         metrics: dict[str, float] = {}
         if not is_built(target):
-            metrics = train_sft(config, fabric, sft, kept + demos, target, settings=settings.train, name="filtered_bc")
+            inputs = {"filtered_bc": dataclasses.asdict(settings), "seed": config.seed, "sft": str(sft)}
+            metrics = train_sft(
+                config, fabric, sft, kept + demos, target, settings=settings.train, name="filtered_bc", inputs=inputs
+            )
         results = evaluate_checkpoint(config, env, target, name="filtered_bc")
     summary = {
         "kept_rollouts": float(len(kept)),

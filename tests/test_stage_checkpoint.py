@@ -21,7 +21,7 @@ from webrl.config import load_config
 from webrl.loop_config import WebRLConfig
 from webrl.stage_checkpoint import META_NAME, StageCheckpoint
 from webrl.stage_settings import StageSettings
-from webrl.starting_models import base_model_dir, train_sft
+from webrl.starting_models import base_model_dir, train_orm, train_sft
 from webrl.training import setup_for_training, train_module
 
 SETTINGS = StageSettings(lr=0.05, epochs=2.5, batch_size=2, accumulate=2, warmup_ratio=0.3, schedule="cosine")
@@ -117,8 +117,28 @@ def test_a_checkpoint_of_other_settings_is_set_aside_with_the_reason(tmp_path, c
     monkeypatch.setattr(f"{__name__}.SETTINGS", StageSettings(lr=0.05, epochs=3.0, batch_size=2, accumulate=2))
     probe, summary = _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=0))
     out = capsys.readouterr().out
-    assert "is of another stage (settings, total_batches differ); starting the stage over" in out
+    assert (
+        "(settings.epochs, settings.schedule, settings.warmup_ratio, total_batches differ); starting the stage over"
+        in out
+    )
     assert probe.batches == 12 and summary["probe/steps"] == 12
+
+
+def test_a_checkpoint_made_under_other_inputs_is_set_aside_and_the_same_inputs_resume(tmp_path, capsys):
+    """A relaunch with another loss beta (allowed by resume.allow_changes) must not finish a stage begun under
+    the old one: the same optimiser settings and data, but other `inputs`, start the stage over."""
+    straight, _ = _launch(None)
+    inputs = {"actor": {"loss": {"beta": 1.0, "objective": "squared"}}, "seed": 3}
+    with pytest.raises(Crash):
+        _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=1e-9, inputs=inputs), crash_at=7)
+    changed = {"actor": {"loss": {"beta": 0.5, "objective": "squared"}}, "seed": 3}
+    probe, _ = _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=0, inputs=changed))
+    out = capsys.readouterr().out
+    assert "is of another stage (inputs.actor.loss.beta differ); starting the stage over" in out and probe.batches == 10
+    # That launch saved nothing (every_s=0): the state of the first is still there, and its own inputs resume it.
+    resumed, _ = _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=0, inputs=inputs))
+    assert "probe: resuming at batch 6 of 10" in capsys.readouterr().out and resumed.batches == 4
+    assert all(torch.equal(resumed.state_dict()[k], v) for k, v in straight.state_dict().items())
 
 
 def test_saves_come_as_often_as_asked_and_discard_removes_them(tmp_path, monkeypatch):
@@ -184,3 +204,38 @@ def test_an_interrupted_sft_resumes_from_beside_its_target_and_leaves_nothing_be
     weights, expected = (load_file(tmp_path / name / "model.safetensors") for name in ("resumed", "straight"))
     assert weights.keys() == expected.keys() and all(torch.equal(weights[k], expected[k]) for k in expected)
     assert resumed["sft/steps"] == straight["sft/steps"] == 6
+
+
+def test_the_orms_batches_do_not_depend_on_what_the_process_drew_before(tmp_path, monkeypatch):
+    """A relaunch that finds the SFT cached skips its draws from the global RNG; the ORM must train the same."""
+    config = load_config(
+        WebRLConfig,
+        [
+            f"output_dir={tmp_path / 'run'}",
+            f"model.cache_dir={tmp_path / 'cache'}",
+            *("model.tiny_hidden_size=64", "model.tiny_layers=1", "model.tiny_vocab_size=300"),
+            "orm.train.batch_size=2",
+            "orm.train.epochs=1.0",
+        ],
+    )
+    trajectories = [build_trajectory(f"t{i}", num_steps=1, eval_reward=float(i % 2)) for i in range(6)]
+    base = base_model_dir(config, trajectories)
+    fabric = Fabric(accelerator="cpu", devices=1)
+    seen: list[list[str]] = []
+    real_step = training.train_micro_batch
+
+    def orm(target, draws: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        torch.rand(draws)  # what an SFT trained earlier in the same process would have drawn
+        seen.append([])
+        train_orm(config, fabric, base, trajectories, target)
+        return load_file(target / "model.safetensors")
+
+    def recording_step(fabric, module, optimizer, batch, *args, **kwargs):
+        seen[-1].append(batch["input_ids"].sum().item())
+        return real_step(fabric, module, optimizer, batch, *args, **kwargs)
+
+    monkeypatch.setattr(training, "train_micro_batch", recording_step)
+    first, second = orm(tmp_path / "a", 0), orm(tmp_path / "b", 2)
+    assert seen[0] == seen[1] and len(seen[0]) == 3
+    assert all(torch.equal(first[k], second[k]) for k in first)

@@ -31,8 +31,9 @@ class FabricConfig:
     """nodes"""
     precision: str = "32-true"
     """Lightning precision string: 32-true, bf16-mixed, bf16-true, 16-mixed, 16-true, 64-true (or 32, bf16, 16, 64);
-    or auto: bf16-mixed on CUDA (Ampere or newer) and on a CPU with bf16 instructions, else 32-true, decided as the
-    config is read (config.json keeps the outcome, so a resume on another kind of machine names the change)"""
+    or auto: bf16-mixed on CUDA and on a CPU with bf16 instructions, else 32-true, decided as the config is read
+    (config.json keeps the outcome, so a resume on another kind of machine names the change); auto does not ask
+    which card it gets, so on one older than Ampere (V100, T4), which emulates bf16, set 16-mixed or 32-true"""
     activation_checkpointing: bool = False
     """recompute each decoder layer in backward instead of keeping its activations (long sequences on GPUs)"""
 

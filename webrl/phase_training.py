@@ -7,6 +7,7 @@ says. They take the run's config and those paths, never the loop, so a stage can
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from functools import partial
@@ -106,6 +107,17 @@ def filter_replay(
         )
 
 
+def stage_inputs(config: WebRLConfig, section: str) -> dict[str, Any]:
+    """What a critic or actor stage's result depends on beyond its optimiser settings and data: its config
+    section (loss, advantage, LoRA, head), the seed, the token limit and the precision (`StageCheckpoint.inputs`)."""
+    return {
+        section: dataclasses.asdict(getattr(config, section)),
+        "seed": config.seed,
+        "model.max_length": config.model.max_length,
+        "fabric.precision": config.fabric.precision,
+    }
+
+
 def train_critic(
     fabric: Fabric, config: WebRLConfig, layout: RunLayout, phase: int, *, sft_dir: Path, start_from: Path | None
 ) -> dict[str, float]:
@@ -116,7 +128,8 @@ def train_critic(
     module, optimizer = setup_for_training(
         fabric, critic, activation_checkpointing=config.fabric.activation_checkpointing
     )
-    checkpoint = StageCheckpoint.beside(layout.critic_path(phase), config.resume.stage_checkpoint_minutes)
+    minutes = config.resume.stage_checkpoint_minutes
+    checkpoint = StageCheckpoint.beside(layout.critic_path(phase), minutes, stage_inputs(config, "critic"))
     metrics = train_module(
         fabric,
         module,
@@ -167,7 +180,8 @@ def train_actor(
     module, optimizer = setup_for_training(
         fabric, actor, activation_checkpointing=config.fabric.activation_checkpointing
     )
-    checkpoint = StageCheckpoint.beside(layout.actor_dir(phase), config.resume.stage_checkpoint_minutes)
+    minutes = config.resume.stage_checkpoint_minutes
+    checkpoint = StageCheckpoint.beside(layout.actor_dir(phase), minutes, stage_inputs(config, "actor"))
     metrics = scored | train_module(
         fabric,
         module,

@@ -10,8 +10,10 @@ are seeded by epoch, so the order is the same), and goes on; on CPU the result i
 uninterrupted stage (tests/test_stage_checkpoint.py).
 
 The state is written through `fabric.save` (any strategy: FSDP saves shards) into a folder that replaces
-the last one in one rename (`publish_dir`), beside a `meta.json` of the stage's shape; a checkpoint of a
-stage with another shape (other settings, data or world size) is set aside with a line that says why.
+the last one in one rename (`publish_dir`), beside a `meta.json` of the stage's shape and of the settings
+its result depends on (`StageCheckpoint.inputs`); a checkpoint of a stage with another shape (other settings,
+data or world size) or other inputs is set aside with a line that names them, and the stage starts over, so
+that no stage trains half under one config and half under another.
 """
 
 from __future__ import annotations
@@ -56,15 +58,22 @@ class StageCheckpoint:
 
     path: Path
     every_s: float
+    inputs: dict[str, Any] = field(default_factory=dict)
+    """Settings beyond the stage's optimiser settings that its result depends on (a loss's beta, LoRA's rank,
+    the seed), where the stage's output path does not already encode them (a run directory's critic and actor)."""
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
+        self.inputs = json.loads(json.dumps(self.inputs))  # as meta.json holds them: tuples become lists
         self._last_save = time.monotonic()
 
     @classmethod
-    def beside(cls, target: Path, minutes: float) -> StageCheckpoint:
+    def beside(cls, target: Path, minutes: float, inputs: dict[str, Any] | None = None) -> StageCheckpoint:
         """The checkpoint of the stage that will publish `target`: `<target>.resume`, next to it."""
-        return cls(Path(target).with_name(Path(target).name + ".resume"), 60.0 * minutes)
+        return cls(Path(target).with_name(Path(target).name + ".resume"), 60.0 * minutes, inputs or {})
+
+    def _meta(self, meta: dict[str, Any]) -> dict[str, Any]:
+        return meta | {"inputs": self.inputs} if self.inputs else meta
 
     @property
     def _tmp(self) -> Path:
@@ -91,7 +100,7 @@ class StageCheckpoint:
             tmp / STATE_NAME, {"module": module, "optimizer": optimizer, "progress": dataclasses.asdict(progress)}
         )
         if fabric.is_global_zero:
-            write_json_atomic(tmp / META_NAME, meta)
+            write_json_atomic(tmp / META_NAME, self._meta(meta))
             publish_dir(tmp, self.path)
         fabric.barrier()
         self._last_save = time.monotonic()
@@ -106,7 +115,7 @@ class StageCheckpoint:
         folder = self._complete_folder()
         if folder is None:
             return None
-        saved = json.loads((folder / META_NAME).read_text(encoding="utf-8"))
+        saved, meta = _flat(json.loads((folder / META_NAME).read_text(encoding="utf-8"))), _flat(self._meta(meta))
         if saved != meta:
             differing = sorted(key for key in meta.keys() | saved.keys() if meta.get(key) != saved.get(key))
             fabric.print(
@@ -174,3 +183,14 @@ def batches(dataloader: Any, progress: StageProgress, total_batches: int) -> Ite
             if progress.batch_index >= total_batches:
                 break
             yield batch
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested dict as one level of dotted keys, so that a mismatch names the setting (`inputs.actor.loss.beta`)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat |= _flat(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

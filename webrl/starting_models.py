@@ -227,8 +227,12 @@ def train_sft(
     *,
     settings: StageSettings,
     name: str = "sft",
+    inputs: dict[str, Any] | None = None,
 ) -> dict[str, float]:
-    """Behaviour cloning on every step of `trajectories` (demonstrations, or Filtered BC's kept rollouts)."""
+    """Behaviour cloning on every step of `trajectories` (demonstrations, or Filtered BC's kept rollouts).
+
+    `inputs`: the settings the result depends on that `target`'s path does not encode (`StageCheckpoint.inputs`).
+    """
     module = SFTModule(base, lr=settings.lr)
     data = ReplayDataModule(
         module.tokenizer,
@@ -243,7 +247,7 @@ def train_sft(
         fabric, module, activation_checkpointing=config.fabric.activation_checkpointing
     )
     loader = fabric.setup_dataloaders(data.actor_dataloader())
-    checkpoint = StageCheckpoint.beside(target, config.resume.stage_checkpoint_minutes)
+    checkpoint = StageCheckpoint.beside(target, config.resume.stage_checkpoint_minutes, inputs)
     metrics = train_module(fabric, wrapped, optimizer, loader, settings, name=name, checkpoint=checkpoint)
     save_model_dir(fabric, module.model, module.tokenizer, target, {"base": str(base), "metrics": metrics})
     checkpoint.discard(fabric)
@@ -272,6 +276,7 @@ def train_orm(
 
     `data` (the per-source counts of `orm_data.source_counts`) is recorded beside the model.
     """
+    import torch
     from torch.utils.data import DataLoader
 
     settings = config.orm.train
@@ -279,10 +284,11 @@ def train_orm(
         base, lr=settings.lr, max_length=config.model.max_length, threshold=config.reward.threshold
     )
     examples = orm_training_pairs(trajectories, module.tokenizer)
-    loader = DataLoader(
+    loader = DataLoader(  # its own generator: the order must not depend on what the process drew before
         examples,
         batch_size=settings.batch_size,
         shuffle=True,
+        generator=torch.Generator().manual_seed(config.seed),
         collate_fn=lambda rows: OutcomeRewardModule.collate(module.tokenizer, rows, config.model.max_length),
     )
     wrapped, optimizer = setup_for_training(
