@@ -54,10 +54,12 @@ class DropoutProbe(torch.nn.Module):
         return torch.optim.AdamW(self.parameters(), lr=SETTINGS.lr)
 
 
-def _launch(checkpoint: StageCheckpoint | None, crash_at: int = 0) -> tuple[DropoutProbe, dict[str, float]]:
+def _launch(
+    checkpoint: StageCheckpoint | None, crash_at: int = 0, accelerator: str = "cpu"
+) -> tuple[DropoutProbe, dict[str, float]]:
     """One process's worth: seed, model, loader and stage from scratch, as `python -m ...` would."""
     torch.manual_seed(7)
-    fabric = Fabric(accelerator="cpu", devices=1)
+    fabric = Fabric(accelerator=accelerator, devices=1)
     probe = DropoutProbe(crash_at)
     data = TensorDataset(torch.randn(8, 3), torch.randn(8))
     loader = fabric.setup_dataloaders(DataLoader(data, batch_size=SETTINGS.batch_size, shuffle=True))
@@ -86,6 +88,18 @@ def test_a_resumed_stage_ends_with_the_weights_and_metrics_of_an_uninterrupted_o
         assert torch.equal(resumed.state_dict()[name], weight), name
     assert resumed_summary["probe/steps"] == straight_summary["probe/steps"] == 10
     assert resumed_summary["probe/loss"] == pytest.approx(straight_summary["probe/loss"], rel=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_resumed_stage_on_a_gpu_draws_the_dropout_masks_an_uninterrupted_one_would(tmp_path):
+    """Dropout on a GPU draws from the CUDA generator, which the replayed batches do not advance."""
+    straight, _ = _launch(None, accelerator="cuda")
+    with pytest.raises(Crash):
+        _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=1e-9), crash_at=7, accelerator="cuda")
+    resumed, _ = _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=0), accelerator="cuda")
+    assert resumed.batches == 4
+    assert all(torch.equal(resumed.state_dict()[k], v) for k, v in straight.state_dict().items())
 
 
 def test_a_checkpoint_that_cannot_be_read_starts_the_stage_over_to_the_same_weights(tmp_path):

@@ -50,6 +50,8 @@ class StageProgress:
     seconds: float = 0.0
     epoch_rng: torch.Tensor | None = None
     rng: torch.Tensor | None = None
+    cuda_rng: list[torch.Tensor] | None = None
+    """The CUDA generators' states at the save (dropout on a GPU draws from them), restored as the state loads."""
 
 
 @dataclass
@@ -96,6 +98,7 @@ class StageCheckpoint:
             tmp.mkdir(parents=True)
         fabric.barrier()
         progress.rng = torch.get_rng_state()
+        progress.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
         fabric.save(
             tmp / STATE_NAME, {"module": module, "optimizer": optimizer, "progress": dataclasses.asdict(progress)}
         )
@@ -126,6 +129,8 @@ class StageCheckpoint:
         state = {"module": module, "optimizer": optimizer}
         rest = fabric.load(folder / STATE_NAME, state)
         progress = StageProgress(**rest["progress"])
+        if progress.cuda_rng is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(progress.cuda_rng)
         fabric.print(f"{meta['name']}: resuming at batch {progress.batch_index} of {meta['total_batches']} ({folder})")
         self._last_save = time.monotonic()
         return progress

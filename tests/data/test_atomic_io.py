@@ -108,6 +108,25 @@ def test_a_fault_inside_publish_dir_keeps_the_old_directory(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["actor"]
 
 
+def test_the_copy_a_crash_left_aside_stays_until_a_whole_target_replaces_it(tmp_path, monkeypatch):
+    """A crash between publish_dir's renames leaves only `.actor.old` whole; the next publish must not delete it
+    before the new directory stands, or a second crash would leave no finished copy at all."""
+    import webrl.data.atomic_io as atomic_io
+
+    target, old, tmp = tmp_path / "actor", tmp_path / ".actor.old", tmp_path / "actor.tmp"
+    old.mkdir()
+    (old / "config.json").write_text("old")
+    tmp.mkdir()
+    (tmp / "config.json").write_text("new")
+    removed_while: list[bool] = []
+    real_rmtree = atomic_io.shutil.rmtree
+    monkeypatch.setattr(
+        atomic_io.shutil, "rmtree", lambda path: removed_while.append(target.exists()) or real_rmtree(path)
+    )
+    publish_dir(tmp, target)
+    assert removed_while == [True] and (target / "config.json").read_text() == "new" and not old.exists()
+
+
 # ---------------------------------------------------------------------------------------------- torn JSONL
 def _jsonl(*records: dict) -> bytes:
     return b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in records)

@@ -135,7 +135,9 @@ def publish_dir(tmp: str | os.PathLike, target: str | os.PathLike) -> Path:
     """Move the finished directory `tmp` to `target` in one rename, its files fsynced first.
 
     An earlier `target` is moved aside before the rename and removed after it, so that a crash leaves
-    either directory complete under `target` or `target` absent (a reader then redoes the work).
+    either directory complete under `target` or `target` absent and the earlier one whole beside it
+    (`moved_aside`). A copy a crash left aside is removed only while a whole `target` stands: after such
+    a crash it may be the only finished one.
     """
     tmp, target = Path(tmp), Path(target)
     for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
@@ -146,9 +148,9 @@ def publish_dir(tmp: str | os.PathLike, target: str | os.PathLike) -> Path:
     fsync_dir(tmp)
     fault_point(f"write:{target.as_posix()}")
     old = moved_aside(target)
-    if old.exists():
-        shutil.rmtree(old)
     if target.exists():
+        if old.exists():
+            shutil.rmtree(old)
         target.rename(old)
     tmp.rename(target)
     fsync_dir(target.parent)
