@@ -128,18 +128,25 @@ def main(argv: list[str] | None = None) -> dict:
             environment=WANDB_ENVIRONMENT,
             family=METHODS,
         )
-        comparison.run_missing(reuse_only=options.reuse_only)
+        failures = comparison.run_missing(reuse_only=options.reuse_only)
         table = comparison.table(shown)
     except (ConfigError, ValueError, RuntimeError) as err:
         raise SystemExit(f"compare: {err}") from None
     except KeyboardInterrupt:
         raise SystemExit("compare: interrupted; the same command resumes the unfinished method") from None
-    record = {**table.to_dict(), "commands": {run.method.name: run.command for run in comparison.runs}}
+    record = {
+        **table.to_dict(),
+        "commands": {run.method.name: run.command for run in comparison.runs},
+        "failures": failures,
+    }
     markdown = table.to_markdown()
     write_json_atomic(options.output_root / f"{TABLE_NAME}.json", record)
     (options.output_root / f"{TABLE_NAME}.md").write_text(markdown, encoding="utf-8")
     print(markdown)
     print(f"table: {options.output_root / TABLE_NAME}.md (.json)")
+    if failures:
+        named = "; ".join(f"{name} {why}" for name, why in failures.items())
+        raise SystemExit(f"compare: the table holds the methods that finished; {len(failures)} did not: {named}")
     return record
 
 

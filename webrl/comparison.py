@@ -3,9 +3,10 @@
 A method's run directory is reused when it already holds the method's final evaluation, so the
 command that builds the learning table can be rerun after a crash, with more methods, or only to
 rebuild the table. Every method gets the same common arguments (`--config FILE`, `key=value`), so one
-command tables the tiny default or SmolLM2 alike; a method's own file goes over the common ones and
-its own overrides (the reward source, where Filtered BC reads its rollouts, `output_dir`) come last, so
-no common argument can turn one method into another.
+command tables the tiny default or SmolLM2 alike; a method's own file goes over the common ones (a common
+`key=value` of a key it sets is left out, with a line that says so) and its own overrides (the reward
+source, where Filtered BC reads its rollouts, `output_dir`) come last, so no common argument can turn one
+method into another.
 
 Before anything runs, every method's config is resolved and checked here, exactly as its recipe will
 resolve it, so a bad key stops the whole comparison at once rather than after hours; each run directory
@@ -91,9 +92,11 @@ class Comparison:
             if item.partition("=")[0].strip() == "output_dir":
                 raise ConfigError(f"{item!r}: each method runs in <output_root>/<method>; set --output-root instead")
         self.output_root = Path(output_root)
-        known = set().union(*(_sections(method.schema) for method in [*methods, *family]))
+        schemas = [_sections(method.schema) for method in [*methods, *family]]
+        known, shared = set().union(*schemas), set.intersection(*schemas)
         self.runs = [
-            self._plan(method, config_files, overrides, known, default_file, environment) for method in methods
+            self._plan(method, config_files, overrides, (known, shared), default_file, environment)
+            for method in methods
         ]
         self._require_same_held_out_tasks()
 
@@ -102,16 +105,25 @@ class Comparison:
         method: Method,
         config_files: list[str],
         overrides: list[str],
-        known: set[str],
+        sections: tuple[set[str], set[str]],
         default_file: Path,
         environment: Mapping[str, str],
     ) -> PlannedRun:
         """The method's argv (common files, its file, the common overrides for it, its own) and its checked config.
 
         An override of a section only some methods have (`filtered_bc.*`) goes to those; one of a section
-        that no method has goes to all, so that their config check names the unknown key.
+        that no method has goes to all, so that their config check names the unknown key. `sections`: those
+        any method has, and those every method has. A common override of a key of the latter kind that the
+        method's own file sets is left out (and named): `replay.enabled=true` must not turn the no-replay
+        ablation into full WebRL; `filtered_bc.percentile=50` is meant for Filtered BC and goes to it.
         """
+        known, shared = sections
         mine = [item for item in overrides if _section(item) in _sections(method.schema) or _section(item) not in known]
+        own_keys = _file_keys(method.config_file) if method.config_file else set()
+        overridden = [item for item in mine if _section(item) in shared and _overlaps(_key(item), own_keys)]
+        if overridden:
+            print(f"[compare] {method.name}: {method.config_file} goes over {', '.join(overridden)}", flush=True)
+        mine = [item for item in mine if item not in overridden]
         files = [*config_files, *([str(method.config_file)] if method.config_file else [])]
         run_dir = self.output_root / method.name
         own = [item.format(root=self.output_root) for item in method.overrides]
@@ -155,11 +167,20 @@ class Comparison:
             )
         return recipe_result(run.method.name, run.run_dir, run.method.evaluation, evaluation_settings(config))
 
-    def run_missing(self, *, reuse_only: bool = False) -> None:
-        """Run, in order, each method without a final evaluation (none with `reuse_only`); a failed run stops it all."""
+    def run_missing(self, *, reuse_only: bool = False) -> dict[str, str]:
+        """Run, in order, each method without a final evaluation (none with `reuse_only`); returns the failures.
+
+        A method that fails is named and the others still run (those that read its run are skipped), so one
+        crash does not cost the rest of a comparison of several hours; the table then shows what finished.
+        """
         self.check_run_dirs()
+        failures: dict[str, str] = {}
         for run in self.runs:
             name = run.method.name
+            if run.method.requires in failures:
+                failures[name] = f"not run: it reads the run of {run.method.requires}, which failed"
+                print(f"[compare] {name}: {failures[name]}", flush=True)
+                continue
             if self.result(run) is not None:
                 print(f"[compare] {name}: reusing {run.run_dir}", flush=True)
                 continue
@@ -178,9 +199,12 @@ class Comparison:
                 # keeps what the launch finished, so its time belongs to the method's wall time too.
                 record_launch(run.run_dir, run.command, time.monotonic() - started, returncode)
             if returncode != 0:
-                raise RuntimeError(f"method {name} failed (exit status {returncode}): {' '.join(run.command)}")
-            if self.result(run) is None:
-                raise RuntimeError(f"method {name} ended without its final evaluation in {run.run_dir}")
+                failures[name] = f"failed (exit status {returncode}): {' '.join(run.command)}"
+            elif self.result(run) is None:
+                failures[name] = f"ended without its final evaluation in {run.run_dir}"
+            if name in failures:
+                print(f"[compare] {name}: {failures[name]}", flush=True)
+        return failures
 
     def table(self, shown: list[str]) -> LearningTable:
         """The learning table of the methods in `shown` (in this comparison's order) that have a final evaluation."""
@@ -198,7 +222,9 @@ class Comparison:
 
     def _references(self) -> dict[str, str]:
         """Each ablation's or baseline's reference: of the full variants of the method it names (those naming none,
-        run by the same recipe), the one with its reward source, since an ablation keeps the common reward source.
+        run by the same recipe), the one with its reward source, since an ablation keeps the common reward source;
+        none when this comparison runs no such variant (its "vs WebRL" cell stays empty rather than compare with
+        another reward source).
         """
         by_name = {run.method.name: run for run in self.runs}
         references: dict[str, str] = {}
@@ -212,13 +238,35 @@ class Comparison:
                 for other in variants
                 if not other.method.reference and other.config.reward.source == run.config.reward.source
             ]
-            references[run.method.name] = matching[0] if matching else named.method.name
+            if matching:
+                references[run.method.name] = matching[0]
         return references
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].strip()
 
 
 def _section(override: str) -> str:
     """The top-level section of a key=value override: `actor` for `actor.train.lr=1e-5`."""
-    return override.partition("=")[0].strip().split(".")[0]
+    return _key(override).split(".")[0]
+
+
+def _file_keys(path: Path) -> set[str]:
+    """The dotted keys a config file sets (`replay.enabled`), `output_dir` aside (the comparison sets it)."""
+    from omegaconf import OmegaConf
+
+    def walk(node: object, prefix: str) -> set[str]:
+        if isinstance(node, dict) and node:
+            return set().union(*(walk(value, f"{prefix}{key}.") for key, value in node.items()))
+        return {prefix[:-1]}
+
+    return walk(OmegaConf.to_container(OmegaConf.load(path)), "") - {"output_dir"}
+
+
+def _overlaps(key: str, keys: set[str]) -> bool:
+    """Whether `key` is one of `keys`, holds one (`actor.loss` holds `actor.loss.objective`) or lies inside one."""
+    return any(key == other or other.startswith(f"{key}.") or key.startswith(f"{other}.") for other in keys)
 
 
 def _sections(schema: type) -> set[str]:
@@ -234,5 +282,5 @@ def train_templates(config: WebRLConfig) -> set[int]:
     else:
         from webrl.env.tasks import load_tasks
 
-        tasks = load_tasks(Path(config.env.suite) / config.env.train_split)
+        tasks = load_tasks(Path(config.env.suite) / config.env.train_split, config.env.url_map)
     return {task.intent_template_id for task in tasks if task.intent_template_id is not None}

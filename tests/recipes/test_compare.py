@@ -13,7 +13,8 @@ import pytest
 
 from recipes import compare
 from recipes.webrl import DEFAULT_CONFIG, recipe_config
-from webrl.comparison import Comparison, Method
+from webrl.comparison import Comparison, Method, train_templates
+from webrl.config import load_config
 from webrl.config_checks import ConfigError
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.evaluation.identity import evaluation_settings
@@ -156,6 +157,66 @@ def test_a_launch_stopped_by_sigterm_still_counts_in_the_wall_time(tmp_path, mon
     assert [launch["returncode"] for launch in launches] == [None]
     assert launches[0]["command"][:3] == [sys.executable, "-m", "sleeping_recipe"]
     assert 1.0 < launch_seconds(tmp_path / "cmp" / "webrl") < 30
+
+
+def test_a_methods_own_file_goes_over_a_common_override_of_its_keys(tmp_path, capsys, quick):
+    common = [*quick, "replay.enabled=true", "actor.loss={objective: squared}", "curriculum_enabled=true"]
+    comparison = Comparison(
+        compare.METHODS, tmp_path, [], common, default_file=DEFAULT_CONFIG, environment=WANDB_ENVIRONMENT
+    )
+    config = {run.method.name: run.config for run in comparison.runs}
+    assert config["webrl"].replay.enabled and config["webrl"].actor.loss.objective == "squared"
+    assert not config["no_replay"].replay.enabled
+    assert config["no_kl"].actor.loss.objective == "policy_gradient"
+    assert not config["no_curriculum"].curriculum_enabled and config["no_replay"].curriculum_enabled
+    out = capsys.readouterr().out
+    assert "ablation_no_replay.yaml goes over replay.enabled=true" in out
+    assert "ablation_no_kl.yaml goes over actor.loss={objective: squared}" in out
+
+
+def test_an_ablation_is_set_against_the_full_webrl_of_its_own_reward_source_or_none(tmp_path, quick):
+    def references(*names: str) -> dict[str, str]:
+        methods = [method for method in compare.METHODS if method.name in names]
+        common = [*quick, "reward.source=orm"]
+        return Comparison(
+            methods, tmp_path, [], common, default_file=DEFAULT_CONFIG, environment=WANDB_ENVIRONMENT
+        )._references()
+
+    assert references("webrl", "webrl_orm", "no_kl") == {"no_kl": "webrl_orm"}
+    assert references("webrl", "no_kl") == {}  # webrl takes the evaluator's rewards: no pair to report
+
+
+def test_a_failed_method_is_named_and_the_independent_ones_still_run(tmp_path, monkeypatch, quick):
+    (tmp_path / "failing_recipe.py").write_text("raise SystemExit(3)\n")
+    (tmp_path / "silent_recipe.py").write_text("open(__import__('sys').argv[-1].split('=')[1] + '.ran', 'w')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    methods = [
+        Method("webrl", "WebRL", "failing_recipe", WebRLConfig),
+        Method("reader", "Reads webrl", "silent_recipe", WebRLConfig, requires="webrl"),
+        Method("other", "Independent", "silent_recipe", WebRLConfig),
+    ]
+    comparison = Comparison(methods, tmp_path / "cmp", [], quick, default_file=DEFAULT_CONFIG, environment={})
+    failures = comparison.run_missing()
+    assert failures["webrl"].startswith("failed (exit status 3)")
+    assert failures["reader"] == "not run: it reads the run of webrl, which failed"
+    assert failures["other"].startswith("ended without its final evaluation")
+    assert (tmp_path / "cmp" / "other.ran").exists() and not (tmp_path / "cmp" / "reader.ran").exists()
+
+
+def test_seen_templates_of_a_webarena_suite_resolve_its_placeholders(tmp_path):
+    for split, template in (("train", 7), ("test", 9)):
+        (tmp_path / "suite" / split).mkdir(parents=True)
+        config = {
+            "task_id": template,
+            "intent": "What is the price of X?",
+            "intent_template_id": template,
+            "sites": ["shopping"],
+            "start_url": "__SHOPPING__/",
+            "eval": {"eval_types": ["string_match"], "reference_answers": {"exact_match": "1"}},
+        }
+        (tmp_path / "suite" / split / f"{template}.json").write_text(json.dumps(config))
+    suite = [f"env.suite={tmp_path / 'suite'}", "env.url_map={__SHOPPING__: 'http://shop:7770'}"]
+    assert train_templates(load_config(WebRLConfig, suite, default_file=DEFAULT_CONFIG)) == {7}
 
 
 @pytest.mark.slow
