@@ -151,6 +151,7 @@ def test_a_start_page_redirecting_outside_is_not_followed(run, pool, servers, ou
     assert trajectory.metadata["blocked_requests"] == 1
     assert "OUTSIDE" not in observation.html
     assert trajectory.status == "error" and "outside the task's sites" in trajectory.error
+    assert trajectory.metadata["blocked_navigations"] == 1 and not trajectory.infra_error, "the task's fault: no retry"
 
 
 def test_a_meta_refresh_outside_leaves_the_page_where_it_is(run, pool, servers, outside_requests):

@@ -12,6 +12,7 @@ from webrl.data.trajectory import Task
 from webrl.env import episode as episode_module
 from webrl.env.actions import parse_action
 from webrl.env.backend import WebArenaBackend
+from webrl.env.evaluators import EvaluatorSiteError
 from webrl.env.limits import EpisodeLimits
 from webrl.env.site_guard import outside_origins
 
@@ -240,6 +241,46 @@ def test_requests_outside_the_task_hosts_are_blocked_and_counted(run, pool, page
     html, metadata = _fetch_other(run, pool, both, both_backend)
     assert "fetch loaded" in html
     assert metadata["blocked_requests"] == 0
+
+
+class _SlowSiteBackend(WebArenaBackend):
+    """Opens the start page (which fetches from an outside origin), then fails as a site that timed out would."""
+
+    async def start(self, page, task):
+        await super().start(page, task)
+        await page.wait_for_function("() => document.getElementById('result').textContent !== 'pending'")
+        raise episode_module.PlaywrightError("Timeout 30000ms exceeded (a slow site)")
+
+    async def evaluate(self, page, task, answer):
+        raise EvaluatorSiteError(f"task {task.task_id}: program_html calls shopping_get_latest_order_url(): refused")
+
+
+def test_a_site_that_fails_is_the_browsers_fault_though_the_page_asked_for_an_outside_resource(
+    run, pool, pages, other_origin
+):
+    """A refused font or fetch of a start page that then times out is no sign of the task leaving its sites."""
+    task = page_task(f"fetch_other.html?other={other_origin.url}")
+
+    async def scenario():
+        async with pool.episode(task, _SlowSiteBackend({"__PAGES__": pages.url}), FAST) as ep:
+            await ep.reset()
+            return ep.trajectory
+
+    trajectory = run(scenario())
+    assert trajectory.metadata["blocked_requests"] == 1 and trajectory.metadata["blocked_navigations"] == 0
+    assert trajectory.status == "error" and trajectory.infra_error, trajectory.error
+
+
+def test_an_evaluator_whose_site_fails_marks_the_episode_an_infra_error(run, pool, pages):
+    async def scenario():
+        async with pool.episode(page_task("page2.html"), _SlowSiteBackend({"__PAGES__": pages.url}), FAST) as ep:
+            ep.page = await ep._holder.open_page(ep)
+            await ep.step('exit(message="shipped")')
+            return await ep.evaluate(), ep.trajectory
+
+    reward, trajectory = run(scenario())
+    assert reward is None and trajectory.status == "error" and trajectory.infra_error
+    assert "shopping_get_latest_order_url" in trajectory.metadata["eval_error"]
 
 
 def test_limits_are_validated():

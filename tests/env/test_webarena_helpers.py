@@ -142,9 +142,9 @@ def test_a_shop_whose_api_does_not_answer_fails_its_episode_with_the_named_error
     # The test pages' static server is no Magento: it refuses the token POST with 501.
     task = _shop_task(pages.url, ORDER_THEN_REVIEW[:1])
     reward, trajectory = run(_exit_and_evaluate(pool, task, WebArenaBackend({"__SHOPPING__": pages.url})))
-    assert reward is None and trajectory.status == "error"
+    assert reward is None and trajectory.status == "error" and trajectory.infra_error  # the site's failure: retried
     assert trajectory.error.startswith(
-        "evaluation failed: EvaluationError: task t1: eval.program_html[0].url calls shopping_get_latest_order_url(), "
-        f"which failed: POST {pages.url}{TOKEN_PATH} answered HTTP 501"
+        "evaluation failed: EvaluatorSiteError: task t1: eval.program_html[0].url calls "
+        f"shopping_get_latest_order_url(), which failed: POST {pages.url}{TOKEN_PATH} answered HTTP 501"
     )
     assert "admin1234" not in trajectory.error

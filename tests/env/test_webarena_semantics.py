@@ -280,6 +280,8 @@ def test_a_helper_that_cannot_run_fails_its_episode_alone_in_a_batch(run, pool, 
         "WEBARENA_SHOPPING_ADMIN_USERNAME"
     )
     assert by_id["31"].metadata["ended_as"] == "exit" and by_id["31"].eval_reward is None
+    # A helper webrl lacks and credentials never given are the config's: no retry, counted as the task's errors.
+    assert not by_id["31"].infra_error and not by_id["32"].infra_error and "attempts" not in by_id["32"].metadata
     rewards = {task_id: t.eval_reward for task_id, t in by_id.items() if task_id not in errored}
     # 25 ends on the front page, under no post (0); 26 finds yjlou a Developer in the members table (1).
     expected = {"20": 1.0, "21": 1.0, "22": 1.0, "25": 0.0, "26": 1.0, "27": 1.0, "28": 1.0, "29": 1.0, "30": 1.0}

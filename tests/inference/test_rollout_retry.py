@@ -7,11 +7,13 @@ Tasks end by answering "shipped" on page2.html, which the evaluator scores 1.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.async_api import Error as PlaywrightError
 
 from webrl.data.trajectory import Task, read_trajectories
 from webrl.env.backend import WebArenaBackend
@@ -116,3 +118,67 @@ def test_an_episode_failing_twice_is_kept_out_of_rates_and_counted(run, pool, pa
         trajectory.outcome = float(trajectory.eval_reward or 0.0)
     by_site = success_by_site(result.trajectories, key="outcome")
     assert by_site == {"success_rate": 1.0, "episodes": 2.0, "success_rate/pages": 1.0, "infra_errors": 1.0}
+
+
+class _PoolFailingItsFirstContexts:
+    """The real pool, except that opening its first `failures` contexts fails as a dead Chromium's would."""
+
+    def __init__(self, pool: Any, failures: int) -> None:
+        self._pool, self.failures = pool, failures
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+    def episode(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures:
+            self.failures -= 1
+            return _FailingToOpen()
+        return self._pool.episode(*args, **kwargs)
+
+
+class _FailingToOpen:
+    async def __aenter__(self) -> Any:
+        raise PlaywrightError("Browser.new_context: Target page, context or browser has been closed")
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def test_a_context_that_cannot_be_opened_fails_its_episode_alone(run, pool, pages, tmp_path):
+    backend = WebArenaBackend({"__PAGES__": pages.url})
+    failing = _PoolFailingItsFirstContexts(pool, failures=2)
+    result = _rollouts(run, failing, backend, _tasks(pages, 3), tmp_path / "rollouts.jsonl")
+    failed, *rest = result.trajectories
+    assert failed.status == "error" and failed.infra_error and failed.metadata["attempts"] == 2
+    assert failed.error.startswith("no browser context: Error: Browser.new_context")
+    assert [t.eval_reward for t in rest] == [1.0, 1.0] and result.metrics["rollout/infra_errors"] == 1
+
+
+class _Hanging(_ThreeSteps):
+    """The engine of a hung server: each call answers long after the episode's hard limit."""
+
+    def generate(self, prompts, params):
+        time.sleep(3.0)
+        return super().generate(prompts, params)
+
+
+def test_an_episode_past_its_hard_limit_is_the_engines_or_pages_failure(run, pool, pages, tmp_path):
+    """The hard limit is a backstop for a hung page or engine: such an episode is retried, then left out and counted."""
+    tight = EpisodeLimits(episode_timeout_s=0.5, reset_timeout_s=0.5, action_timeout_s=0.5, wait_action_s=0.05)
+    result = run(
+        collect_rollouts(
+            _Hanging(),
+            _tasks(pages, 1),
+            WebArenaBackend({"__PAGES__": pages.url}),
+            pool,
+            concurrency=1,
+            prompt_builder=lambda task, steps, html: str(len(steps)),
+            writer=tmp_path / "rollouts.jsonl",
+            limits=tight,
+            progress=False,
+        )
+    )
+    (trajectory,) = result.trajectories
+    assert trajectory.metadata["attempts"] == 2 and "hard limit of 2s" in trajectory.metadata["first_error"]
+    assert trajectory.infra_error and trajectory.eval_reward is None
+    assert result.metrics["rollout/infra_errors"] == 1

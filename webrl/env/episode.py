@@ -28,7 +28,7 @@ from playwright.async_api import Error as PlaywrightError
 from webrl.data.trajectory import Step, Task, Trajectory
 from webrl.env.actions import Action, ActionParseError, parse_action
 from webrl.env.backend import SiteBackend
-from webrl.env.evaluators import EvalResult
+from webrl.env.evaluators import EvalResult, EvaluatorSiteError
 from webrl.env.executor import NO_EARLIER_PAGE, PageGoneError, execute_action
 from webrl.env.limits import EpisodeLimits, LimitTracker
 from webrl.env.observation import Observation, ObservationConfig, observe
@@ -118,8 +118,9 @@ class Episode:
             return await self._observe()
         except _BROWSER_ERRORS as err:
             reason = _describe(err)
-            if self.trajectory.metadata["blocked_requests"]:
-                # A start page that redirects off the site fails here, its navigation refused.
+            if self.trajectory.metadata["blocked_navigations"]:
+                # A start page that redirects off the site fails here, its navigation refused. A refused font or
+                # script of a slow start page is no such sign: the site failed, and that is worth another try.
                 reason += f" (requests outside the task's sites refused: {self.trajectory.metadata['blocked_urls']})"
             else:
                 # Not the allowlist (the task's own fault) but the browser or the site: worth another try.
@@ -258,20 +259,19 @@ class Episode:
         ORM decides then), or when the browser is gone; the reason goes into the metadata. An
         evaluator that fails (an `EvaluationError` such as a WebArena `func:` helper webrl lacks, or
         any other exception) marks this episode "error", and only this one: see `_evaluation_failed`.
+        A browser that fails while scoring, and a site an evaluator reads that cannot be reached
+        (`EvaluatorSiteError`), are not the agent's doing: the episode is an `infra_error`, retried.
         """
         if self.page is None or self.page.is_closed():
-            self.trajectory.metadata["eval_error"] = "no live page to evaluate"
+            self._evaluation_failed(PageGoneError("no live page to evaluate"), infra=True)
             return None
         try:
             result = await asyncio.wait_for(
                 self.backend.evaluate(self.page, self.task, self.trajectory.answer),
                 timeout=self.limits.action_timeout_s * 3,
             )
-        except _BROWSER_ERRORS as err:
-            self.trajectory.metadata["eval_error"] = _describe(err)
-            return None
         except Exception as err:  # noqa: BLE001 - one task's evaluator must not stop the other episodes
-            self._evaluation_failed(err)
+            self._evaluation_failed(err, infra=isinstance(err, (*_BROWSER_ERRORS, EvaluatorSiteError)))
             return None
         if isinstance(result, EvalResult):
             self.trajectory.metadata["eval"] = {
@@ -283,12 +283,17 @@ class Episode:
         self.trajectory.eval_reward = result
         return result
 
-    def _evaluation_failed(self, err: Exception) -> None:
-        """End as "error" with a message naming the exception; the status the agent ended with stays as `ended_as`."""
+    def _evaluation_failed(self, err: Exception, *, infra: bool) -> None:
+        """End as "error" with a message naming the exception; the status the agent ended with stays as `ended_as`.
+
+        `infra`: the browser or the site failed, not the evaluator's config (`Trajectory.infra_error`: retried).
+        """
         reason = f"{type(err).__name__}: {err}"
         metadata = self.trajectory.metadata
         metadata["eval_error"] = reason
         metadata["ended_as"] = self.trajectory.status
+        if infra:
+            metadata["infra_error"] = True
         self.trajectory.status, self.trajectory.error = "error", f"evaluation failed: {reason}"
 
     async def close(self) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from webrl.data.trajectory import Task, is_success
-from webrl.env.magento_api import MagentoApiError
+from webrl.env.magento_api import MagentoApiError, ShopUnreachableError
 from webrl.env.webarena_helpers import (
     PREFIX,
     HelperCall,
@@ -51,6 +51,10 @@ NOT_AVAILABLE = "N/A"
 
 class EvaluationError(RuntimeError):
     """A task whose evaluator cannot run here; the message names the task."""
+
+
+class EvaluatorSiteError(EvaluationError):
+    """The site an evaluator reads did not answer (a WebArena helper's REST call): the site failed, not the agent."""
 
 
 class MissingHelperError(EvaluationError):
@@ -215,6 +219,8 @@ def _helper_calls(targets: list[dict[str, Any]], task_id: str) -> dict[tuple[int
 async def _run_helper(helpers: WebArenaHelpers, call: HelperCall, page: Any, task_id: str, where: str) -> str:
     try:
         return await helpers.run(call, page)
+    except ShopUnreachableError as err:
+        raise EvaluatorSiteError(f"task {task_id}: {where} calls {call.name}(), which failed: {err}") from err
     except MagentoApiError as err:
         raise EvaluationError(f"task {task_id}: {where} calls {call.name}(), which failed: {err}") from err
 

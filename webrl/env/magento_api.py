@@ -44,6 +44,10 @@ class MagentoApiError(RuntimeError):
     """The shop's REST API gave no usable answer; the message names the call and why, never a credential."""
 
 
+class ShopUnreachableError(MagentoApiError):
+    """The shop did not answer, or answered with a server error (HTTP 5xx): the site failed, not the task's config."""
+
+
 @dataclass(frozen=True)
 class AdminCredentials:
     """The shop admin's login for the REST API (the password is kept out of `repr`)."""
@@ -142,9 +146,10 @@ class MagentoAdminApi:
         try:
             response = await client.request(method, path, **kwargs)
         except httpx.HTTPError as err:
-            raise MagentoApiError(f"{where}: the shop's REST API is not reachable ({type(err).__name__})") from err
+            raise ShopUnreachableError(f"{where}: the shop's REST API is not reachable ({type(err).__name__})") from err
         if response.status_code != 200:
-            raise MagentoApiError(f"{where} answered HTTP {response.status_code}: {response.text[:200]!r}")
+            failed = ShopUnreachableError if response.status_code >= 500 else MagentoApiError
+            raise failed(f"{where} answered HTTP {response.status_code}: {response.text[:200]!r}")
         try:
             return response.json()
         except ValueError as err:

@@ -2,9 +2,10 @@
 
 Requests to an origin outside the task's sites never reach their server: a navigation is answered
 204 No Content (the page stays where it was), anything else is aborted, and a WebSocket is closed
-before it connects. The trajectory's metadata counts them (`blocked_requests`, the first
-`blocked_urls`), and a refused navigation becomes a line the agent reads at the top of its next
-observation (`blocked: URL is outside this task's sites`), since the page itself shows no sign of it.
+before it connects. The trajectory's metadata counts them (`blocked_requests`, of them the
+navigations `blocked_navigations`, the first `blocked_urls`), and a refused navigation becomes a line
+the agent reads at the top of its next observation (`blocked: URL is outside this task's sites`),
+since the page itself shows no sign of it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class SiteGuard:
         self._outside = outside_origins(self.allowed)
         self._metadata = metadata
         self._metadata["blocked_requests"] = 0
+        self._metadata["blocked_navigations"] = 0
         self._refused_navigations: list[str] = []
 
     async def install(self, context: Any, current: Callable[[], SiteGuard] | None = None) -> None:
@@ -85,6 +87,7 @@ class SiteGuard:
         """Count a refused request; `tell` also puts it in the agent's next observation."""
         if tell:
             self._refused_navigations.append(url)
+            self._metadata["blocked_navigations"] += 1
         self._metadata["blocked_requests"] += 1
         if len(self._metadata.setdefault("blocked_urls", [])) < _KEPT_BLOCKED_URLS:
             self._metadata["blocked_urls"].append(url[:200])

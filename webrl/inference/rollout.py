@@ -206,26 +206,46 @@ class _Rollout:
         return retried
 
     async def _attempt(self, task: Task, attempt: tuple[str, int]) -> Trajectory:
-        async with self.pool.episode(task, self.backend, self.limits, self.observation) as episode:
-            # Backstop for a hung page or engine; the episode enforces its own limit between steps.
-            limits = self.limits
-            hard_limit = limits.episode_timeout_s + limits.reset_timeout_s + 2 * limits.action_timeout_s
-            try:
-                await asyncio.wait_for(self._drive(episode, attempt), timeout=hard_limit)
-            except asyncio.TimeoutError:
-                self._end(episode, "timeout", f"episode exceeded the hard limit of {hard_limit:g}s")
-            except EngineDownError:
-                raise
-            except Exception as err:  # noqa: BLE001 - one episode's failure must not stop the others
-                self._end(episode, "error", f"{type(err).__name__}: {err}")
-            if episode.trajectory.status != "error":
-                with self.clock.browser():
-                    await episode.evaluate()  # an evaluator that fails marks this episode "error" alone
-            with self.clock.browser():
-                await episode.close()
+        """One try at `task`. A context that cannot be opened (Chromium gone and not relaunched, the outside proxy
+        not started) fails this episode alone, as the browser's failure; one that fails to close after the episode
+        ended leaves the episode as it ended."""
+        episode: Episode | None = None
+        try:
+            async with self.pool.episode(task, self.backend, self.limits, self.observation) as episode:
+                await self._run(episode, attempt)
+        except EngineDownError:
+            raise
+        except Exception as err:  # noqa: BLE001 - one episode's browser must not stop the others
+            if episode is None:
+                trajectory = Trajectory(
+                    task=task, status="error", error=f"no browser context: {type(err).__name__}: {err}"
+                )
+                trajectory.metadata["infra_error"] = True
+                trajectory.phase = self.phase
+                return trajectory
+            log.warning("task %s: closing its browser context failed: %s: %s", task.task_id, type(err).__name__, err)
         trajectory = episode.trajectory
         trajectory.phase = self.phase
         return trajectory
+
+    async def _run(self, episode: Episode, attempt: tuple[str, int]) -> None:
+        """Drive and score one episode; a hard limit ends one whose page or engine hung (the browser's failure)."""
+        limits = self.limits
+        hard_limit = limits.episode_timeout_s + limits.reset_timeout_s + 2 * limits.action_timeout_s
+        try:
+            await asyncio.wait_for(self._drive(episode, attempt), timeout=hard_limit)
+        except asyncio.TimeoutError:
+            self._end(episode, "error", f"episode exceeded the hard limit of {hard_limit:g}s: its page or engine hung")
+            episode.trajectory.metadata["infra_error"] = True
+        except EngineDownError:
+            raise
+        except Exception as err:  # noqa: BLE001 - one episode's failure must not stop the others
+            self._end(episode, "error", f"{type(err).__name__}: {err}")
+        if episode.trajectory.status != "error":
+            with self.clock.browser():
+                await episode.evaluate()  # an evaluator that fails marks this episode "error" alone
+        with self.clock.browser():
+            await episode.close()
 
     async def _drive(self, episode: Episode, attempt: tuple[str, int]) -> None:
         # Live from the start: the first batch then waits for episodes still opening their page.
