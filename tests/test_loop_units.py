@@ -14,6 +14,7 @@ import pytest
 from lightning.fabric import Fabric
 from sample_records import build_trajectory
 
+from webrl import loop as loop_module
 from webrl.config import load_config
 from webrl.data.steps import read_samples
 from webrl.data.trajectory import Trajectory, write_trajectories
@@ -83,6 +84,7 @@ def test_sample_by_steps_keeps_whole_trajectories_within_the_budget():
     assert all(len(pair) == 2 for pair in pairs) and len(pairs) > 1, "two of three, chosen by the seed"
     same = [[t.task.task_id for t in sample_by_steps(_trajectories([2, 2, 2]), 4, 7)] for _ in range(2)]
     assert same[0] == same[1]
+    assert all(list(pair) == sorted(pair) for pair in pairs), "the kept ones stay in their input order"
 
 
 def test_the_first_curriculum_is_a_seeded_sample_of_the_train_split(tmp_path, fabric, env):
@@ -142,6 +144,28 @@ def test_replay_stores_the_phase_once_even_when_redone(tmp_path, fabric):
     assert loop._replay(1) == loop._replay(1) == {"replay/kept": 0.0, "replay/buffer_trajectories": 3.0}
     assert read_samples(loop.layout.replay_samples_path(1)) == []
     assert [len(t.steps) for t in loop.replay.trajectories(before=1)] == [1, 2]
+
+
+def test_replay_scores_the_first_success_of_each_intent_and_no_failure(tmp_path, fabric, monkeypatch):
+    """The scoring budget (replay.max_scored_steps) is drawn from the first success per intent, in stored order."""
+    loop = _loop(tmp_path, fabric, None, "replay.max_scored_steps=4")
+    demos = [build_trajectory(f"d{i}", intent=f"intent {i}", num_steps=1) for i in range(6)]
+    later = [build_trajectory(f"p{i}", intent=f"intent {i}", num_steps=1) for i in range(6)]
+    failures = [build_trajectory(f"f{i}", num_steps=1, outcome=0.0) for i in range(6)]
+    loop.demonstrations = demos
+    write_trajectories(loop.layout.labelled_path(0), [*later, *failures])
+    loop._replay(0)
+    write_trajectories(loop.layout.labelled_path(1), [])
+    scored: list[list[str]] = []
+
+    def filter_replay(fabric, config, experience, **_):
+        scored.append([t.task.task_id for t in experience])
+        return []
+
+    monkeypatch.setattr(loop_module, "filter_replay", filter_replay)
+    loop._replay(1)
+    (ids,) = scored
+    assert len(ids) == 4 and all(i.startswith("d") for i in ids) and ids == sorted(ids), ids
 
 
 def test_phase_zero_trains_nothing(tmp_path, fabric):

@@ -40,7 +40,7 @@ from lightning.fabric import Fabric
 from webrl.curriculum.phase import generator_engine, propose_phase_tasks
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
-from webrl.data.replay import ReplayBuffer
+from webrl.data.replay import ReplayBuffer, select_successes
 from webrl.data.steps import StepSample, write_samples
 from webrl.data.trajectory import Task, Trajectory, sampled_copies, write_trajectories
 from webrl.engine_link import EngineLink
@@ -209,10 +209,16 @@ class PhaseLoop:
         out = self.layout.replay_samples_path(phase)
         kept: list[StepSample] = []
         if self.config.replay.enabled and phase > 0:
+            # Successes first (the first per intent, in stored order), then the sample: a budget spent on failures,
+            # or a later success drawn before the first, would undo the filter's rule.
+            rule = self.config.replay.filter
+            successes = select_successes(
+                [*self.demonstrations, *self.replay.trajectories(before=phase)],
+                threshold=rule.success_threshold,
+                first_per_task=rule.first_success_per_task,
+            )
             experience = sample_by_steps(
-                list(self.demonstrations) + self.replay.trajectories(before=phase),
-                self.config.replay.max_scored_steps,
-                stage_seed(self.config.seed, phase, "replay"),
+                successes, self.config.replay.max_scored_steps, stage_seed(self.config.seed, phase, "replay")
             )
             current_steps = sum(len(t.steps) for t in labelled)
             kept = filter_replay(

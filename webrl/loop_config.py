@@ -383,7 +383,8 @@ class ReplayConfig:
     enabled: bool = True
     """Mix replayed steps into each phase (False = the 'without replay' ablation)."""
     max_scored_steps: int = 0
-    """Score at most this many candidate steps per phase, from a seeded sample of whole trajectories (0 = all)."""
+    """Score at most this many candidate steps per phase (0 = all): a seeded sample of whole trajectories drawn
+    from those the filter could keep (the first success per intent), so no budget goes to failures."""
     filter: ReplayFilterConfig = field(default_factory=ReplayFilterConfig)
 
     def validate(self) -> None:

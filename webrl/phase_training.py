@@ -18,7 +18,8 @@ import torch
 from lightning.fabric import Fabric
 
 from webrl.data.atomic_io import atomic_write
-from webrl.data.datamodule import ReplayDataModule
+from webrl.data.datamodule import ReplayDataModule, setup_loader
+from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import filter_by_perplexity
 from webrl.data.step_values import write_step_values
 from webrl.data.steps import StepSample, read_samples
@@ -104,6 +105,8 @@ def filter_replay(
             config=config.replay.filter,
             gamma=config.actor.advantage.gamma,
             fabric=fabric,
+            # The last step's next state is rebuilt here, in the chat form of the run's prompts (as in the datamodule).
+            chat_template_tokenizer=tokenizer if uses_chat_template(tokenizer) else None,
         )
 
 
@@ -134,7 +137,7 @@ def train_critic(
         fabric,
         module,
         optimizer,
-        fabric.setup_dataloaders(data.critic_dataloader()),
+        setup_loader(fabric, data.critic_dataloader()),
         settings,
         name="critic",
         step_offset=phase * PHASE_STEPS,
@@ -186,7 +189,7 @@ def train_actor(
         fabric,
         module,
         optimizer,
-        fabric.setup_dataloaders(data.actor_dataloader()),
+        setup_loader(fabric, data.actor_dataloader()),
         settings,
         name="actor",
         step_offset=phase * PHASE_STEPS + PHASE_STEPS // 2,
@@ -231,19 +234,19 @@ def score_advantages(
 
 
 def sample_by_steps(trajectories: list[Trajectory], max_steps: int, seed: int) -> list[Trajectory]:
-    """A seeded random subset of whole trajectories holding at most `max_steps` steps (all when 0).
+    """A seeded random subset of whole trajectories holding at most `max_steps` steps (all when 0), in input order.
 
     Scoring every stored step under the current actor is the replay filter's cost; on a CPU run a
     sample keeps it bounded while the kept steps still come from the whole buffer.
     """
     if not max_steps or sum(len(t.steps) for t in trajectories) <= max_steps:
         return trajectories
-    order = list(trajectories)
+    order = list(range(len(trajectories)))
     random.Random(seed).shuffle(order)
-    chosen, total = [], 0
-    for trajectory in order:
-        if total + len(trajectory.steps) > max_steps:
+    chosen, total = set(), 0
+    for index in order:
+        if total + len(trajectories[index].steps) > max_steps:
             continue
-        chosen.append(trajectory)
-        total += len(trajectory.steps)
-    return chosen
+        chosen.add(index)
+        total += len(trajectories[index].steps)
+    return [trajectory for index, trajectory in enumerate(trajectories) if index in chosen]

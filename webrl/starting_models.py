@@ -22,7 +22,7 @@ from typing import Any
 from lightning.fabric import Fabric
 
 from webrl.data.atomic_io import write_text_atomic
-from webrl.data.datamodule import ReplayDataModule
+from webrl.data.datamodule import ReplayDataModule, setup_loader
 from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
 from webrl.data.trajectory import Trajectory, is_full_score, is_success, read_trajectories, write_trajectories
 from webrl.loop_config import WebRLConfig
@@ -246,7 +246,7 @@ def train_sft(
     wrapped, optimizer = setup_for_training(
         fabric, module, activation_checkpointing=config.fabric.activation_checkpointing
     )
-    loader = fabric.setup_dataloaders(data.actor_dataloader())
+    loader = setup_loader(fabric, data.actor_dataloader())
     checkpoint = StageCheckpoint.beside(target, config.resume.stage_checkpoint_minutes, inputs)
     metrics = train_module(fabric, wrapped, optimizer, loader, settings, name=name, checkpoint=checkpoint)
     save_model_dir(fabric, module.model, module.tokenizer, target, {"base": str(base), "metrics": metrics})

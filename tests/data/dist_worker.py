@@ -39,7 +39,7 @@ def main(out_dir: Path, tokenizer_dir: Path) -> None:
     from lightning.fabric import Fabric
     from transformers import AutoTokenizer
 
-    from webrl.data.datamodule import ReplayDataModule
+    from webrl.data.datamodule import ReplayDataModule, setup_loader
     from webrl.data.replay import ReplayFilterConfig, filter_by_perplexity, score_samples
     from webrl.data.steps import trajectory_to_samples
 
@@ -69,6 +69,15 @@ def main(out_dir: Path, tokenizer_dir: Path) -> None:
         wrapped = fabric.setup_dataloaders(loader, move_to_device=False)
         batches = [{k: v.tolist() for k, v in batch.items()} for batch in wrapped]
         seen[name] = {"indices": list(loader.sampler), "batches": batches, "sampler": type(loader.sampler).__name__}
+    # Length-grouped batches slice their own share per rank: set up as the stages set them up.
+    grouped = ReplayDataModule(
+        tokenizer, current=trajectories, batch_size=3, max_length=512, seed=1, group_by_length=True
+    )
+    grouped.setup()
+    batches = list(setup_loader(fabric, grouped.actor_dataloader()))
+    seen["grouped"] = {
+        "batches": [{k: v.tolist() for k, v in b.items() if k.endswith("_ids") or k.endswith("mask")} for b in batches]
+    }
     record = {
         "rank": fabric.global_rank,
         "scores": scores,

@@ -165,6 +165,8 @@ def test_datamodule_yields_padded_batches_under_two_process_ddp(ddp_records, tin
     sizes = {"actor": [3, 3, 1], "critic": [3, 3, 3, 1]}
     for record in ddp_records:
         for name, loader in record["loaders"].items():
+            if name == "grouped":
+                continue
             assert loader["sampler"] == "DistributedSampler"
             assert [len(b["outcome"]) for b in loader["batches"]] == sizes[name]
             flat = loader["indices"]
@@ -185,6 +187,20 @@ def test_datamodule_yields_padded_batches_under_two_process_ddp(ddp_records, tin
             indices[name].append(set(flat))
     assert indices["actor"][0] | indices["actor"][1] == set(range(len(samples)))
     assert indices["critic"][0] | indices["critic"][1] == set(range(len(states)))
+
+
+def test_length_grouped_batches_split_across_two_ddp_processes(ddp_records, tiny_tokenizer):
+    """Under DDP Fabric cannot put its sampler into a batch sampler: each rank reads its own length-grouped slice."""
+    samples = [s for t in build_trajectories() for s in trajectory_to_samples(t)]
+    want = {tuple(encode_prompt_action(tiny_tokenizer, s.prompt, s.action)[0]) for s in samples}
+    counts, rows = [], set()
+    for record in ddp_records:
+        batches = record["loaders"]["grouped"]["batches"]
+        counts.append(len(batches))
+        for batch in batches:
+            for ids, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True):
+                rows.add(tuple(_unpad(ids, mask)))
+    assert counts[0] == counts[1] > 0 and rows == want
 
 
 def test_batches_feed_the_critic_and_actor_modules_under_a_trainer(tiny_model_dir, tiny_tokenizer, tmp_path):

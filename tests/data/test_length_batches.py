@@ -47,13 +47,14 @@ def test_order_is_seeded_and_changes_per_epoch():
     assert list(LengthGroupedBatches(_lengths(), batch_size=8, seed=6)) != first_a
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_ranks_get_equal_counts_and_cover_every_example(world):
-    lengths = _lengths(101)
+@pytest.mark.parametrize(("world", "examples"), [(2, 101), (3, 101), (4, 3), (4, 5)])
+def test_ranks_get_equal_counts_and_cover_every_example(world, examples):
+    """Also with fewer batches than ranks (3 examples in batches of 4 over 4 ranks): every rank gets one."""
+    lengths = _lengths(examples)
     shards = [list(LengthGroupedBatches(lengths, batch_size=4, seed=0, rank=r, world=world)) for r in range(world)]
     assert len({len(shard) for shard in shards}) == 1
     assert len(shards[0]) == len(LengthGroupedBatches(lengths, batch_size=4, rank=0, world=world))
-    assert {i for shard in shards for batch in shard for i in batch} == set(range(101))
+    assert {i for shard in shards for batch in shard for i in batch} == set(range(examples))
 
 
 def test_bad_arguments_name_the_problem():

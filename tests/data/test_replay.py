@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from sample_records import build_trajectory
 
 from webrl.data.replay import (
     ReplayBuffer,
@@ -180,3 +181,24 @@ def test_score_samples_rejects_a_scorer_returning_the_wrong_count(make_trajector
     samples = trajectory_to_samples(make_trajectory("a", num_steps=2))
     with pytest.raises(ValueError, match="returned 1 scores for a batch of 2"):
         score_samples(samples, lambda prompts, actions: [0.5])
+
+
+def test_a_replayed_last_step_keeps_the_runs_chat_form_in_its_next_state(chat_tokenizer, tmp_path, monkeypatch):
+    """The critic reads s' of a replayed trajectory's last step, which the filter rebuilds: it must be in the form
+    every rollout prompt of a chat-template actor takes, not the completion form."""
+    from lightning.fabric import Fabric
+
+    from webrl import phase_training
+    from webrl.config import load_config
+    from webrl.loop_config import WebRLConfig
+
+    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (None, chat_tokenizer))
+    monkeypatch.setattr(phase_training, "actor_scorer", lambda *a, **k: lambda prompts, actions: [0.7] * len(prompts))
+    success = build_trajectory("t", num_steps=2, tokenizer=chat_tokenizer)
+    config = load_config(WebRLConfig, [f"output_dir={tmp_path}"])
+    fabric = Fabric(accelerator="cpu", devices=1)
+    kept = phase_training.filter_replay(fabric, config, [success], actor_dir=tmp_path, current_steps=4)
+    last = next(sample for sample in kept if sample.done)
+    assert success.steps[0].prompt.startswith("<|im_start|>user\nTask Instruction: Do thing t")
+    assert last.next_prompt.startswith("<|im_start|>user\nTask Instruction: Do thing t"), last.next_prompt[:80]
+    assert last.next_prompt.endswith("<|im_start|>assistant\n")

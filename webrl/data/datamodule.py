@@ -11,7 +11,9 @@ It works three ways: with `lightning.Trainer` (`train_dataloader` serves `target
 Fabric (the phase loop calls `critic_dataloader()` / `actor_dataloader()` and
 `fabric.setup_dataloaders`), or with nothing at all (call `setup()` and iterate). With more than
 one process each rank reads its own shard through a `DistributedSampler`, padded so every rank
-gets the same number of batches (collectives in the step would otherwise hang).
+gets the same number of batches (collectives in the step would otherwise hang), or, with
+`group_by_length`, its slice of `LengthGroupedBatches`. So Fabric or a Trainer must not add a
+sampler of its own: `setup_loader(fabric, loader)`, or `Trainer(use_distributed_sampler=False)`.
 
 Usage without a Trainer::
 
@@ -166,3 +168,12 @@ class ReplayDataModule(L.LightningDataModule):
         if dist.is_available() and dist.is_initialized():
             return dist.get_world_size(), dist.get_rank()
         return 1, 0
+
+
+def setup_loader(fabric: Any, loader: DataLoader) -> Any:
+    """`fabric.setup_dataloaders` for a loader of this module, which already reads only this rank's share.
+
+    Fabric's own distributed sampler would split the data a second time, and cannot be put into a batch
+    sampler such as `LengthGroupedBatches` at all (Lightning raises a TypeError under DDP or FSDP).
+    """
+    return fabric.setup_dataloaders(loader, use_distributed_sampler=False)

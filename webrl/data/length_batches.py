@@ -59,7 +59,8 @@ class LengthGroupedBatches(Sampler[list[int]]):
             pool = sorted(order[start : start + pool_size], key=lambda index: self.lengths[index])
             batches.extend(pool[i : i + self.batch_size] for i in range(0, len(pool), self.batch_size))
         rng.shuffle(batches)
-        padded = batches + batches[: -len(batches) % self.world]
+        # Cyclic: with fewer batches than ranks, a plain prefix would leave some ranks none.
+        padded = batches + [batches[i % len(batches)] for i in range(-len(batches) % self.world)] if batches else []
         return padded[self.rank :: self.world]
 
     def __iter__(self) -> Iterator[list[int]]:
