@@ -21,7 +21,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from recipes.webrl import engine_options, launch_fabric, recipe_config
+from recipes.webrl import engine_options, keep_config, launch_fabric, recipe_config
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
 from webrl.data.trajectory import orm_accepts, write_trajectories
@@ -38,6 +38,7 @@ from webrl.web_environment import WebEnvironment
 def main(argv: list[str] | None = None) -> dict[str, float]:
     config = recipe_config(argv, usage=__doc__)
     out_dir = Path(config.output_dir)
+    keep_config(out_dir, config)  # orm_eval.jsonl resumes by task id: another actor must not reuse its rollouts
     fabric = launch_fabric(config)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)

@@ -11,6 +11,7 @@ and running the evaluator again on the state and answer they reach.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from webrl.orm_data import (
     truncated_responses,
     wrong_answer_responses,
 )
-from webrl.starting_models import collect_demonstrations, orm_dir
+from webrl.starting_models import collect_demonstrations, orm_data_dir, orm_dir
 from webrl.web_environment import WebEnvironment
 
 pytestmark = pytest.mark.timeout(900)
@@ -158,7 +159,7 @@ def _data_dir(env: WebEnvironment) -> Path:
 def _labelled(source: str, outcomes: list[float | None]) -> list[Trajectory]:
     out = []
     for i, outcome in enumerate(outcomes):
-        task = Task(task_id=f"{source}-{i}", intent="?", sites=["shopping"], start_url="")
+        task = Task(task_id=f"{source}-{i}", intent=f"{source} {i}?", sites=["shopping"], start_url="")
         steps = [Step(index=0, prompt="", observation="", response='exit(message="")')]
         out.append(Trajectory(task=task, steps=steps, eval_reward=outcome, metadata={SOURCE_KEY: source}))
     return out
@@ -174,6 +175,17 @@ def test_balance_gives_the_requested_share_of_positives(fraction, positives, neg
     counts = source_counts(made, kept)
     assert (counts["a"]["positives"], counts["a"]["negatives"], counts["a"]["unlabelled"]) == (20, 4, 3)
     assert counts["b"]["kept_negatives"] + counts["a"]["kept_negatives"] == negatives
+
+
+def test_balance_counts_an_episode_repeated_by_another_source_once():
+    """The noisy solver without a detour and an actor replaying its demonstration repeat it word for word."""
+    demonstrations = _labelled("demonstrations", [1.0] * 4)
+    repeats = [dataclasses.replace(t, metadata={SOURCE_KEY: "solver_noise_0.1"}) for t in demonstrations[:3]]
+    made = demonstrations + repeats + _labelled("hard_negatives", [0.0] * 4)
+    kept = balance(made, 0.5, seed=0)
+    assert sorted(t.task.task_id for t in kept if t.eval_reward == 1.0) == [f"demonstrations-{i}" for i in range(4)]
+    counts = source_counts(made, kept)
+    assert counts["solver_noise_0.1"]["positives"] == 3 and counts["solver_noise_0.1"]["kept_positives"] == 0
 
 
 def test_balance_needs_both_classes():
@@ -201,6 +213,19 @@ def test_the_orm_cache_dir_changes_with_its_data_settings():
         key(actor_variants=1),
     ]
     assert len({plain, *changed}) == len(changed) + 1
+
+    def built(section: str, name: str, value: object) -> tuple[Path, Path]:
+        config = WebRLConfig()
+        setattr(getattr(config, section), name, value)
+        return orm_dir(config, Path("/models/sft")), orm_data_dir(config, Path("/models/sft"))
+
+    base = built("rollout", "top_p", WebRLConfig().rollout.top_p)
+    # The actor's rollouts are sampled with these: another value is other data, and another ORM.
+    for section, name, value in (("rollout", "top_p", 1.0), ("rollout", "max_tokens", 64)):
+        assert all(a != b for a, b in zip(built(section, name, value), base, strict=True)), name
+    # The ORM cuts its training prompts to the token limit; its data is the same episodes.
+    limit = built("model", "max_length", 512)
+    assert limit[0] != base[0] and limit[1] == base[1]
 
 
 def test_fresh_variants_never_repeat_a_train_validation_or_test_tasks_values():

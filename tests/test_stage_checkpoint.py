@@ -253,3 +253,28 @@ def test_the_orms_batches_do_not_depend_on_what_the_process_drew_before(tmp_path
     first, second = orm(tmp_path / "a", 0), orm(tmp_path / "b", 2)
     assert seen[0] == seen[1] and len(seen[0]) == 3
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_a_stages_last_short_group_of_micro_batches_steps_on_their_mean(monkeypatch):
+    """5 batches at accumulate=2: the last optimizer step has one batch, which must count whole (loss / 1), not
+    halved (loss / 2) as if its partner were there with a zero gradient."""
+    divisors: list[float] = []
+    real_backward = Fabric.backward
+
+    def recording_backward(self, tensor, *args, **kwargs):
+        divisors.append(recorded_loss[-1] / tensor.item())
+        return real_backward(self, tensor, *args, **kwargs)
+
+    recorded_loss: list[float] = []
+    real_compute = DropoutProbe.compute_loss
+
+    def compute_loss(self, batch):
+        loss, metrics = real_compute(self, batch)
+        recorded_loss.append(loss.item())
+        return loss, metrics
+
+    monkeypatch.setattr(Fabric, "backward", recording_backward)
+    monkeypatch.setattr(DropoutProbe, "compute_loss", compute_loss)
+    monkeypatch.setattr(f"{__name__}.SETTINGS", StageSettings(lr=0.05, epochs=1.25, batch_size=2, accumulate=2))
+    _launch(None)
+    assert divisors == pytest.approx([2, 2, 2, 2, 1])

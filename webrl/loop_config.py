@@ -197,6 +197,11 @@ class RolloutConfig:
     openai_url: str = ""
     """Base URL of the OpenAI-compatible server (engine=openai)."""
 
+    def sampling_fields(self) -> tuple[float, float, int]:
+        """What shapes a training rollout's samples (temperature, top_p, max_tokens): the cache keys of what is
+        built from rollouts (the ORM's data and the ORM, its threshold) hold them."""
+        return self.temperature, self.top_p, self.max_tokens
+
     def validate(self) -> None:
         one_of("rollout.engine", self.engine, ENGINES)
         at_least("rollout.concurrency", self.concurrency, 1)

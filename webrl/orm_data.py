@@ -29,6 +29,7 @@ from typing import Any
 
 from lightning.fabric import Fabric
 
+from webrl.data.prompts import trajectory_orm_prompt
 from webrl.data.trajectory import Task, Trajectory, is_success
 from webrl.distributed import gather_objects
 from webrl.env.actions import ActionParseError, parse_action
@@ -95,9 +96,19 @@ def balance(trajectories: Sequence[Trajectory], positive_fraction: float, seed: 
     """Every evaluator-labelled trajectory of the smaller class and a seeded sample of the larger, shuffled.
 
     The larger class keeps as many as make positives `positive_fraction` of the whole (rounded).
-    Trajectories without a verdict or without steps are left out; both classes must be present.
+    Trajectories without a verdict or without steps are left out, and so is one whose ORM prompt an earlier
+    one already has: the noisy solver without a detour, or the actor replaying a demonstration word for word,
+    repeats that episode, and copies would weigh it several times over in a class that looks more varied than
+    it is. Both classes must be present.
     """
-    labelled = [t for t in trajectories if t.eval_reward is not None and t.steps]
+    labelled, prompts = [], set()
+    for trajectory in trajectories:
+        if trajectory.eval_reward is None or not trajectory.steps:
+            continue
+        prompt = trajectory_orm_prompt(trajectory)
+        if prompt not in prompts:
+            prompts.add(prompt)
+            labelled.append(trajectory)
     positives = [t for t in labelled if is_success(t.eval_reward)]
     negatives = [t for t in labelled if not is_success(t.eval_reward)]
     if not positives or not negatives:

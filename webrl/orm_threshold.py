@@ -119,7 +119,8 @@ def calibration_dir(config: WebRLConfig, sft: Path, orm: Path) -> Path:
         config.env.episode_settings(),
         config.orm.rollout_tasks,
         config.orm.data.actor_rollouts,
-        config.rollout.temperature,
+        config.rollout.sampling_fields(),
+        config.reward.threshold,
         config.seed,
     )
     return Path(config.model.cache_dir) / f"orm-threshold-{key}"

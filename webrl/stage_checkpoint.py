@@ -18,6 +18,7 @@ that no stage trains half under one config and half under another.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -127,7 +128,10 @@ class StageCheckpoint:
             )
             return None
         state = {"module": module, "optimizer": optimizer}
-        rest = fabric.load(folder / STATE_NAME, state)
+        # A module that keeps a copy of its starting self (the actor's π_ref) says how to load over it.
+        loading = getattr(getattr(module, "module", module), "loading_mid_stage", contextlib.nullcontext)
+        with loading():
+            rest = fabric.load(folder / STATE_NAME, state)
         progress = StageProgress(**rest["progress"])
         if progress.cuda_rng is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(progress.cuda_rng)

@@ -332,7 +332,8 @@ def orm_dir(config: WebRLConfig, sft: Path) -> Path:
         str(sft),
         config.orm.cache_fields(),
         config.env.episode_settings(),
-        config.rollout.temperature,
+        config.rollout.sampling_fields(),
+        config.model.max_length,
         config.seed,
         config.fabric.precision,
     )
@@ -348,7 +349,7 @@ def orm_data_dir(config: WebRLConfig, sft: Path) -> Path:
         config.orm.rollout_tasks,
         config.orm.data.cache_fields(),
         config.env.episode_settings(),
-        config.rollout.temperature,
+        config.rollout.sampling_fields(),
         config.seed,
         config.fabric.precision,
     )

@@ -72,8 +72,12 @@ def train_micro_batch(
     settings: StageSettings,
     *,
     optimizer_step: bool,
+    group_size: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Forward and backward on one micro-batch; with `optimizer_step`, sync the gradients, clip them and step.
+
+    The loss is divided by `group_size`, the micro-batches of this optimizer step (`settings.accumulate`, fewer
+    in a stage's last step when its batches do not divide evenly), so every step follows their mean gradient.
 
     The gradients of an optimizer step's earlier micro-batches accumulate locally: the strategy's
     all-reduce runs once per step, on its last micro-batch. The loss is computed under the precision's
@@ -84,7 +88,7 @@ def train_micro_batch(
     with fabric.no_backward_sync(module, enabled=not optimizer_step):
         with fabric.autocast():
             loss, metrics = module.compute_loss(batch)
-        fabric.backward(loss / settings.accumulate)
+        fabric.backward(loss / (group_size or settings.accumulate))
     if optimizer_step:
         if settings.grad_clip > 0:
             fabric.clip_gradients(module, optimizer, max_norm=settings.grad_clip, error_if_nonfinite=False)
@@ -129,7 +133,10 @@ def train_module(
         for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
             group["lr"] = base * lr_factor(step, total_steps, settings)
         is_last_micro = (done.batch_index + 1) % settings.accumulate == 0 or done.batch_index + 1 == total_batches
-        loss, metrics = train_micro_batch(fabric, module, optimizer, batch, settings, optimizer_step=is_last_micro)
+        group_size = min(settings.accumulate, total_batches - step * settings.accumulate)
+        loss, metrics = train_micro_batch(
+            fabric, module, optimizer, batch, settings, optimizer_step=is_last_micro, group_size=group_size
+        )
         values = _record(done, batch, metrics)
         fabric.log_dict({**values, f"{name}/lr": optimizer.param_groups[0]["lr"]}, step=step_offset + done.batch_index)
         bar.update(1)

@@ -171,6 +171,34 @@ def test_compute_loss_runs_under_fabric(tiny):
     assert logprob(actor) > before
 
 
+def test_a_resumed_actor_stage_keeps_the_phase_start_reference(tiny, tmp_path):
+    """A stage checkpoint holds the half-trained policy; loading it must not make π_ref that policy too."""
+    from webrl.stage_checkpoint import StageCheckpoint, StageProgress
+
+    model, tokenizer = tiny
+    fabric = Fabric(accelerator="cpu", devices=1)
+    batch = ActorModule.collate(tokenizer, [(PROMPT, ACTION, 1.0)])
+
+    def stage() -> tuple[ActorModule, object, torch.optim.Optimizer]:
+        actor = ActorModule(copy.deepcopy(model), tokenizer, lr=1e-3)  # built from the phase's starting actor
+        return (actor, *setup_for_training(fabric, actor))
+
+    first, wrapped, optimizer = stage()
+    start = first.reference_logprob_sum(batch)
+    for _ in range(3):
+        loss, _ = wrapped.compute_loss(batch)
+        fabric.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    checkpoint = StageCheckpoint(tmp_path / "actor.resume", every_s=1e-9)
+    checkpoint.save(fabric, wrapped, optimizer, StageProgress(batch_index=3), {"name": "actor", "total_batches": 6})
+    resumed, wrapped_again, optimizer_again = stage()
+    assert checkpoint.load(fabric, wrapped_again, optimizer_again, {"name": "actor", "total_batches": 6}) is not None
+    assert torch.equal(resumed.reference_logprob_sum(batch), start), "π_ref is the phase-start actor"
+    assert torch.equal(logprob(resumed), logprob(first)), "the policy is the half-trained one"
+    assert resumed.compute_loss(batch)[0].item() == pytest.approx(first.compute_loss(batch)[0].item())
+
+
 def test_activation_checkpointing_recomputes_the_layers_and_leaves_the_gradients_unchanged(tiny):
     model, tokenizer = tiny
     batch = ActorModule.collate(tokenizer, [(PROMPT, ACTION, 1.0), ("Home", "exit()", -0.5)])

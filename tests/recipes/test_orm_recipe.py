@@ -25,3 +25,6 @@ def test_orm_recipe_reports_its_data_per_source_and_its_agreement(tmp_path, mode
     assert kept[0] == kept[1] > 0
     assert report["orm/compared"] == 6 and 0.0 <= report["orm/agreement"] <= 1.0
     assert "accuracy" in result.stdout and "precision" in result.stdout and "solver_noise_0.3" in result.stdout
+    # Its held-out rollouts resume by task id, so a relaunch with another actor stops, naming the setting.
+    again = run_recipe(recipe_command("recipes.orm", run_dir, model_cache, "rollout.temperature=0.5"))
+    assert again.returncode != 0 and "rollout.temperature" in again.stdout + again.stderr

@@ -26,9 +26,10 @@ advantage) triples) — all (B, T) long unless noted:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -81,9 +82,21 @@ class ActorModule(WebRLModule):
             register_reference = torch.distributed.is_available() and torch.distributed.is_initialized()
         self.register_reference = self.hparams["register_reference"] = register_reference
         self.attach_critic(critic)
+        self.keep_reference = False
+        """While true, loading a state dict leaves π_ref alone (`loading_mid_stage`)."""
         self.reset_reference()
         self.register_load_state_dict_post_hook(_reference_from_loaded_policy)
         self.train()  # from_pretrained returns eval mode; Lightning keeps whatever mode it finds
+
+    @contextlib.contextmanager
+    def loading_mid_stage(self) -> Iterator[None]:
+        """Load a stage's own mid-stage state (`webrl.stage_checkpoint`) in this block: the module was built from
+        the phase's starting actor, which π_ref must stay, while the policy becomes the half-trained one."""
+        self.keep_reference = True
+        try:
+            yield
+        finally:
+            self.keep_reference = False
 
     @property
     def uses_lora(self) -> bool:
@@ -188,6 +201,7 @@ class ActorModule(WebRLModule):
 
 
 def _reference_from_loaded_policy(module: ActorModule, incompatible_keys: object) -> None:
-    """After `load_state_dict`, an unregistered copy (which the checkpoint lacks) becomes the loaded policy."""
-    if module.reference is not None and not module.register_reference:
+    """After `load_state_dict`, an unregistered copy (which the checkpoint lacks) becomes the loaded policy, unless
+    the load resumes a stage (`loading_mid_stage`)."""
+    if module.reference is not None and not module.register_reference and not module.keep_reference:
         module.reset_reference()
