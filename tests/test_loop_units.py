@@ -16,6 +16,7 @@ from sample_records import build_trajectory
 
 from webrl import loop as loop_module
 from webrl.config import load_config
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.steps import read_samples
 from webrl.data.trajectory import Trajectory, write_trajectories
 from webrl.loop import PhaseLoop
@@ -119,9 +120,15 @@ def _infra_failure(task_id: str) -> Trajectory:
     return failed
 
 
+def _phase_tasks(loop: PhaseLoop, phase: int, trajectories: list[Trajectory]) -> None:
+    """The phase's tasks.json, as the curriculum stage leaves it, for the tasks of `trajectories`."""
+    write_json_atomic(loop.layout.tasks_path(phase), [t.task.to_dict() for t in trajectories])
+
+
 def test_labels_copy_the_evaluator_reward_and_drop_infrastructure_failures(tmp_path, fabric):
-    loop = _loop(tmp_path, fabric, None, *LABELS)
+    loop = _loop(tmp_path, fabric, None, *LABELS, "rollout.samples_per_task=1")
     rollouts = [build_trajectory("a", outcome=None, eval_reward=1.0), build_trajectory("b", outcome=None)]
+    _phase_tasks(loop, 1, [*rollouts, _infra_failure("c")])
     write_trajectories(loop.layout.rollouts_path(1, 0), [*rollouts, _infra_failure("c")])
     metrics = loop._labels(1)
     labelled = loop.layout.labelled(1)
@@ -129,8 +136,21 @@ def test_labels_copy_the_evaluator_reward_and_drop_infrastructure_failures(tmp_p
     assert (metrics["train/success_rate"], metrics["rollout/infra_errors"], metrics["rollout/errors"]) == (0.5, 1, 0)
 
 
+def test_labels_read_the_phases_own_episodes_once_whatever_files_an_earlier_sharding_left(tmp_path, fabric):
+    """A rollout stage relaunched on one process after two left rank 1's partial file, and a task set changed."""
+    loop = _loop(tmp_path, fabric, None, *LABELS, "rollout.samples_per_task=1")
+    rollouts = [build_trajectory("a", outcome=None, eval_reward=1.0), build_trajectory("b", outcome=None)]
+    _phase_tasks(loop, 1, rollouts)
+    write_trajectories(loop.layout.rollouts_path(1, 0), rollouts)
+    stale = [build_trajectory("a", outcome=None, eval_reward=0.0), build_trajectory("z", outcome=None)]
+    write_trajectories(loop.layout.rollouts_path(1, 1), stale)
+    loop._labels(1)
+    assert [(t.task.task_id, t.outcome) for t in loop.layout.labelled(1)] == [("a", 1.0), ("b", 0.0)]
+
+
 def test_orm_labels_without_an_orm_is_an_error_that_names_the_setting(tmp_path, fabric):
     loop = _loop(tmp_path, fabric)
+    _phase_tasks(loop, 1, [build_trajectory("a")])
     write_trajectories(loop.layout.rollouts_path(1, 0), [build_trajectory("a")])
     with pytest.raises(ValueError, match="reward.orm_labels needs an ORM"):
         loop._labels(1)

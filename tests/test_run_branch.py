@@ -85,9 +85,10 @@ def _write_stage(layout: RunLayout, stage: str, phase: int) -> dict[str, float]:
     return {f"{stage}/phase": float(phase)}
 
 
-def writing_loop(run_dir: Path, calls: list[tuple[int, str]] | None = None) -> PhaseLoop:
+def writing_loop(run_dir: Path, calls: list[tuple[int, str]] | None = None, *overrides: str) -> PhaseLoop:
     """The real PhaseLoop on `run_dir`, whose stages write their files (`_write_stage`) and record their calls."""
-    config = webrl.recipe_config([f"output_dir={run_dir}", f"phases={PHASES}", "tracking.wandb_mode=disabled"])
+    argv = [f"output_dir={run_dir}", f"phases={PHASES}", "tracking.wandb_mode=disabled", *overrides]
+    config = webrl.recipe_config(argv)
     webrl.keep_config(run_dir, config)
     loop = PhaseLoop(config, SingleProcess(), None, None, sft_dir=run_dir / "sft", orm_dir=None, demonstrations=[])
     calls = [] if calls is None else calls
@@ -154,8 +155,14 @@ def test_a_branch_after_phase_one_critic_holds_exactly_what_the_run_had_then(sou
     kept = ("curriculum", "rollouts", "labels", "replay", "critic")
     replay = {"replay/phase_000/trajectories.jsonl", "replay/phase_001/trajectories.jsonl"}
     assert _files(branched.root) == RUN_FILES | replay | _stage_files(0, STAGES) | _stage_files(1, kept)
-    for name in _stage_files(0, STAGES) | _stage_files(1, kept) | replay | {"config.json"}:
+    for name in _stage_files(0, STAGES) | _stage_files(1, kept) | replay:
         assert (branched.root / name).read_bytes() == (source.root / name).read_bytes(), name
+    # config.json holds what the source ran with at phase 1: its first settings with the change accepted from it.
+    settings = json.loads(branched.config_path.read_text())
+    assert settings["actor"]["train"]["lr"] == 0.0002
+    first = json.loads(source.config_path.read_text())
+    first["actor"]["train"]["lr"] = 0.0002
+    assert settings == first
     copied, original = branched.critic_path(1), source.critic_path(1)
     assert not copied.is_symlink() and copied.stat().st_ino != original.stat().st_ino, "copied, not linked"
 
@@ -219,12 +226,16 @@ def test_a_relaunched_branch_records_a_change_from_its_phase_and_runs_only_the_l
 
     monkeypatch.setattr(webrl, "launch_fabric", started)
     argv = [f"output_dir={branched.root}", f"phases={PHASES}", "tracking.wandb_mode=disabled", "actor.train.lr=0.0003"]
-    with pytest.raises(SystemExit, match=r"actor\.train\.lr 0\.0001 → 0\.0003"):
+    # The branch goes on with the lr its source ran with at phase 1 (0.0002, a change accepted there).
+    with pytest.raises(SystemExit, match=r"actor\.train\.lr 0\.0002 → 0\.0003"):
         webrl.main(argv)
     with pytest.raises(RuntimeError, match="past the config check"):
         webrl.main([*argv, "resume.allow_changes=[actor.train.lr]"])
     changes = json.loads(branched.config_changes_path.read_text())
-    assert changes[-1] == {"from_phase": 1, "changes": {"actor.train.lr": [0.0001, 0.0003]}}
+    assert changes[-1] == {"from_phase": 1, "changes": {"actor.train.lr": [0.0002, 0.0003]}}
+    with pytest.raises(RuntimeError, match="past the config check"):  # its printed relaunch: --config config.json
+        relaunch = ["--config", str(branched.config_path), f"output_dir={branched.root}", "actor.train.lr=0.0003"]
+        webrl.main([*relaunch, "tracking.wandb_mode=disabled"])
     capsys.readouterr()
     webrl.main(["--dry-run", *argv, "resume.allow_changes=[actor.train.lr]"])
     plan = capsys.readouterr().out
@@ -232,7 +243,7 @@ def test_a_relaunched_branch_records_a_change_from_its_phase_and_runs_only_the_l
     assert "phase 1: done curriculum, rollouts, labels, replay, critic; next actor" in plan
 
     calls: list[tuple[int, str]] = []
-    writing_loop(branched.root, calls).run()
+    writing_loop(branched.root, calls, "actor.train.lr=0.0003").run()
     assert calls == [(1, "actor"), (1, "sync"), (1, "evaluate")] + [(2, stage) for stage in STAGES[:-1]]
     assert branched.critic_path(1).read_bytes() == source.critic_path(1).read_bytes()
     assert [row["phase"] for row in _phase_rows(branched)] == ["0", "1", "2"]

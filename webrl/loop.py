@@ -176,13 +176,19 @@ class PhaseLoop:
         self.engine_link.serve(self.actor_dir(phase))
         out = self.layout.rollouts_path(phase, self.fabric.global_rank)
         seed = stage_seed(self.config.seed, phase, "rollouts") + self.fabric.global_rank
-        trajectories, metrics = self.env.run_episodes(self.engine, tasks, out, phase=phase, evaluation=False, seed=seed)
-        # Counts over every episode of the shard, those a crashed attempt had finished included.
-        metrics = {**metrics, **rollout_counts(trajectories)}
+        _, metrics = self.env.run_episodes(self.engine, tasks, out, phase=phase, evaluation=False, seed=seed)
+        # Every rank's episodes are written before the stage is marked done, or a crash would leave it "done" with
+        # a shard missing. Counts are over all of them, those a crashed attempt had finished included.
+        self.fabric.barrier()
+        metrics = {**metrics, **rollout_counts(self.layout.rollouts(phase, self._rollout_ids(phase)))}
         return {f"rollout/{k.split('/', 1)[-1]}": v for k, v in metrics.items()}
 
+    def _rollout_ids(self, phase: int) -> set[str]:
+        """The episodes the phase's rollouts are: each task's `rollout.samples_per_task` copies."""
+        return {task.task_id for task in sampled_copies(self.layout.tasks(phase), self.config.rollout.samples_per_task)}
+
     def _labels(self, phase: int) -> dict[str, float]:
-        rollouts = self.layout.rollouts(phase)
+        rollouts = self.layout.rollouts(phase, self._rollout_ids(phase))
         # A browser or site failure (after its retry) is no evidence about the policy: no label, no training.
         trajectories = [trajectory for trajectory in rollouts if not trajectory.infra_error]
         if self.fabric.is_global_zero:
@@ -276,7 +282,7 @@ class PhaseLoop:
             seed=self.config.seed,
         )
         self.fabric.barrier()
-        results = self.layout.evaluations(phase)
+        results = self.layout.evaluations(phase, {task.task_id for task in tasks})
         metrics = {f"test/{k}": v for k, v in success_by_site(results, key="eval_reward").items()}
         return {**metrics, "eval/errors": errored(results), "eval/infra_errors": infra_errors(results)}
 

@@ -32,6 +32,7 @@ from webrl.curriculum.state import STATE_FILE
 from webrl.data.atomic_io import publish_dir, write_json_atomic, write_text_atomic
 from webrl.data.replay import ReplayBuffer
 from webrl.data.trajectory import read_trajectories
+from webrl.run_config import effective_config
 from webrl.run_layout import RunLayout
 from webrl.run_state import PHASE_STEPS, STAGES, RunState
 from webrl.tracking import write_phase_row
@@ -114,7 +115,9 @@ class RunBranch:
             shutil.rmtree(staging)  # left by a branch that was interrupted: never a run of its own
         staging.mkdir(parents=True)
         out = RunLayout(staging)
-        shutil.copyfile(self.source.config_path, out.config_path)
+        # The settings the source ran with at the branch point, so that the printed relaunch (--config this file)
+        # goes on with them; the records of the changes are copied too (`_write_records`).
+        write_json_atomic(out.config_path, effective_config(self.source.root, self.phase))
         for relative in self.files():
             (staging / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(self.source.root / relative, staging / relative)

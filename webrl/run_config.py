@@ -126,10 +126,9 @@ def check_run_config(run_dir: Path, config: Any, allow_changes: list[str]) -> di
     `config` is the resolved config, a dataclass: its class's defaults stand for the keys config.json lacks
     (`changed_keys`). Raises ConfigError (one line) listing the keys that differ and are not allowed. Reads only.
     """
-    saved_path = RunLayout(run_dir).config_path
-    if not saved_path.exists():
+    saved = effective_config(run_dir)
+    if saved is None:
         return None
-    saved = json.loads(saved_path.read_text(encoding="utf-8"))
     changes = changed_keys(saved, dataclasses.asdict(config), dataclasses.asdict(type(config)()))
     refused = {key: values for key, values in changes.items() if not any(_under(key, a) for a in allow_changes)}
     if refused:
@@ -138,6 +137,37 @@ def check_run_config(run_dir: Path, config: Any, allow_changes: list[str]) -> di
             f"resume.allow_changes=[{','.join(refused)}] to go on with the new values from the next stage"
         )
     return changes
+
+
+def effective_config(run_dir: Path, up_to_phase: int | None = None) -> dict[str, Any] | None:
+    """The run's settings now: config.json with each change accepted since (config_changes.json) applied, those from
+    phases up to `up_to_phase` when given; None without config.json.
+
+    A relaunch is checked against these, not against the first launch's: after `actor.train.lr` went from A to B,
+    the first command again (lr A) is a change back, refused unless allowed, not a silent return to A.
+    """
+    layout = RunLayout(run_dir)
+    if not layout.config_path.exists():
+        return None
+    settings = json.loads(layout.config_path.read_text(encoding="utf-8"))
+    records = (
+        json.loads(layout.config_changes_path.read_text(encoding="utf-8"))
+        if layout.config_changes_path.exists()
+        else []
+    )
+    for record in records:
+        if up_to_phase is None or record["from_phase"] <= up_to_phase:
+            for key, (_, new) in record["changes"].items():
+                _set(settings, key, new)
+    return settings
+
+
+def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `a.b.c` in a nested dict, making the parents it lacks."""
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        tree = tree.setdefault(part, {})
+    tree[leaf] = value
 
 
 def keep_run_config(run_dir: Path, config: Any, allow_changes: list[str]) -> dict[str, tuple[Any, Any]] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 from webrl.data.trajectory import Task, Trajectory, phase_name, read_trajectories
@@ -116,19 +117,29 @@ class RunLayout:
         data = json.loads(self.tasks_path(phase).read_text(encoding="utf-8"))
         return [Task.from_dict(item) for item in data]
 
-    def rollouts(self, phase: int) -> list[Trajectory]:
-        """Every rank's rollouts of `phase`, in task order (the shards' split depends on the world size)."""
-        return self._read_ranks(self.rollouts_paths(phase))
+    def rollouts(self, phase: int, task_ids: Collection[str] | None = None) -> list[Trajectory]:
+        """Every rank's rollouts of `phase`, in task order (the shards' split depends on the world size); with
+        `task_ids`, only those tasks, each once (see `_read_ranks`)."""
+        return self._read_ranks(self.rollouts_paths(phase), task_ids)
 
-    def evaluations(self, phase: int) -> list[Trajectory]:
-        return self._read_ranks(self.eval_paths(phase))
+    def evaluations(self, phase: int, task_ids: Collection[str] | None = None) -> list[Trajectory]:
+        return self._read_ranks(self.eval_paths(phase), task_ids)
 
     def labelled(self, phase: int) -> list[Trajectory]:
         return read_trajectories(self.labelled_path(phase))
 
     @staticmethod
-    def _read_ranks(paths: list[Path]) -> list[Trajectory]:
-        out: list[Trajectory] = []
-        for path in paths:
-            out.extend(read_trajectories(path))
-        return sorted(out, key=lambda t: t.task.task_id)
+    def _read_ranks(paths: list[Path], task_ids: Collection[str] | None = None) -> list[Trajectory]:
+        """The episodes of `paths`; with `task_ids`, those of the stage's own tasks, the first file's per task.
+
+        A stage relaunched with another world size or task set (`resume.allow_changes`) leaves files of the
+        earlier sharding beside the new: their other tasks must not count, nor a task twice.
+        """
+        episodes = [trajectory for path in paths for trajectory in read_trajectories(path)]
+        if task_ids is not None:
+            first: dict[str, Trajectory] = {}
+            for trajectory in episodes:
+                if trajectory.task.task_id in task_ids:
+                    first.setdefault(trajectory.task.task_id, trajectory)
+            episodes = list(first.values())
+        return sorted(episodes, key=lambda t: t.task.task_id)

@@ -63,6 +63,9 @@ def test_allowed_changes_continue_and_are_recorded_beside_the_first_config(launc
     assert (run_dir / "config.json").read_text() == started_with
     changes = json.loads((run_dir / "config_changes.json").read_text())
     assert changes == [{"from_phase": 0, "changes": {"env.test_tasks": [60, 20]}}]
+    # The accepted value is the run's now: the first command again is a change back, not a silent return.
+    with pytest.raises(SystemExit, match=r"env.test_tasks 20 → 60"):
+        run()
 
 
 @dataclass
