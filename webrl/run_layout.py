@@ -118,8 +118,8 @@ class RunLayout:
         return [Task.from_dict(item) for item in data]
 
     def rollouts(self, phase: int, task_ids: Collection[str] | None = None) -> list[Trajectory]:
-        """Every rank's rollouts of `phase`, in task order (the shards' split depends on the world size); with
-        `task_ids`, only those tasks, each once (see `_read_ranks`)."""
+        """Every rank's rollouts of `phase`, each task once, in task order (the shards' split depends on the world
+        size); with `task_ids`, only those tasks (see `_read_ranks`)."""
         return self._read_ranks(self.rollouts_paths(phase), task_ids)
 
     def evaluations(self, phase: int, task_ids: Collection[str] | None = None) -> list[Trajectory]:
@@ -130,16 +130,14 @@ class RunLayout:
 
     @staticmethod
     def _read_ranks(paths: list[Path], task_ids: Collection[str] | None = None) -> list[Trajectory]:
-        """The episodes of `paths`; with `task_ids`, those of the stage's own tasks, the first file's per task.
+        """The episodes of `paths`, the first file's per task; with `task_ids`, only the stage's own tasks.
 
         A stage relaunched with another world size or task set (`resume.allow_changes`) leaves files of the
         earlier sharding beside the new: their other tasks must not count, nor a task twice.
         """
-        episodes = [trajectory for path in paths for trajectory in read_trajectories(path)]
-        if task_ids is not None:
-            first: dict[str, Trajectory] = {}
-            for trajectory in episodes:
-                if trajectory.task.task_id in task_ids:
+        first: dict[str, Trajectory] = {}
+        for path in paths:
+            for trajectory in read_trajectories(path):
+                if task_ids is None or trajectory.task.task_id in task_ids:
                     first.setdefault(trajectory.task.task_id, trajectory)
-            episodes = list(first.values())
-        return sorted(episodes, key=lambda t: t.task.task_id)
+        return sorted(first.values(), key=lambda t: t.task.task_id)

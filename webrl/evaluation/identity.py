@@ -55,17 +55,31 @@ def evaluation_settings(config: WebRLConfig) -> dict[str, Any]:
 
     A comparison finds a run's evaluation by these, so it never reads one made on other tasks.
     """
+    env = config.env
+    # Where the sites are, who judges fuzzy answers, the login and the server's URL decide outcomes too. They count
+    # only away from their defaults, so that an embedded run's identity (and its file names) stays what it was.
+    defaults = type(env)()
+    outside = {
+        "url_map": env.url_map,
+        "judge_url": env.judge_url,
+        "judge_model": env.judge_model,
+        "storage_state_dir": env.storage_state_dir,
+    }
+    outside = {key: value for key, value in outside.items() if value != getattr(defaults, key)}
+    if config.rollout.engine == "openai":
+        outside["openai_url"] = config.rollout.openai_url
     return {
-        "suite": config.env.suite,
-        "split": config.env.test_split,
-        "test_tasks": config.env.test_tasks,
+        "suite": env.suite,
+        "split": env.test_split,
+        "test_tasks": env.test_tasks,
         "seed": config.seed,
         "engine": config.rollout.engine,
         "temperature": config.rollout.eval_temperature,
         "max_tokens": config.rollout.max_tokens,
-        "max_steps": config.env.max_steps,
-        "html_chars": config.env.html_chars,
-        "observe_region": config.env.observe_region,
+        "max_steps": env.max_steps,
+        "html_chars": env.html_chars,
+        "observe_region": env.observe_region,
+        **outside,
     }
 
 
