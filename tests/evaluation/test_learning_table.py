@@ -105,6 +105,15 @@ def test_different_task_sets_are_refused_naming_the_methods():
         build()
 
 
+def test_a_task_a_failure_kept_out_of_one_methods_outcomes_is_paired_on_the_others():
+    """no_kl attempted all 10 tasks; a browser failure (twice) left task 10 out of its outcomes: 9 pairs, no error."""
+    lost = result("no_kl", {"1"}, tasks=TASKS[:9])
+    lost = RunResult(lost.method, lost.outcomes, lost.source, lost.suite, lost.split, attempted=frozenset(TASKS))
+    table = build(SFT, WEBRL, lost).to_dict()
+    no_kl = table["methods"][2]
+    assert no_kl["n"] == 9 and no_kl["vs_baseline"]["tasks"] == 9 and no_kl["vs_reference"]["tasks"] == 9
+
+
 def trajectory(task_id: str, reward: float) -> Trajectory:
     task = Task(task_id, f"intent {task_id}", ["shopping"], "http://x/", intent_template_id=template(task_id))
     return Trajectory(task, status="exit", eval_reward=reward)

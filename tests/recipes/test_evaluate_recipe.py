@@ -94,7 +94,7 @@ def test_a_baseline_on_other_tasks_stops_before_the_engine_starts(tmp_path, monk
     monkeypatch.setattr(evaluate, "build_engine", no_engine)
     config = WebRLConfig(output_dir=str(tmp_path))
     baseline = Baseline("eval_a.json", {"1": False, "2": False, "7": True})
-    with pytest.raises(SystemExit, match="only in A: 1003; only in B: 7"):
+    with pytest.raises(SystemExit, match="only in B: 7"):
         evaluate.evaluate_checkpoint(config, FixtureEnvironment(), Path("ckpt"), "b", baseline=baseline)
 
 
@@ -152,3 +152,13 @@ def test_results_record_what_made_them(tmp_path, monkeypatch):
     assert identity["weights_sha256"] == hashlib.sha256(b"model.safetensors\0some weights").hexdigest()
     expected = {"split": "test", "test_tasks": 3, "engine": "hf", "temperature": 0.5}
     assert {key: identity[key] for key in expected} == expected
+
+
+def test_a_baseline_that_lost_tasks_to_failures_is_paired_on_the_rest(tmp_path, monkeypatch):
+    """Its outcomes leave out what the browser or the site failed: that is no other sample (see the test above)."""
+    monkeypatch.setattr(evaluate, "build_engine", lambda *args, **kwargs: ClosingEngine())
+    config = WebRLConfig(output_dir=str(tmp_path))
+    short = Baseline("eval_a.json", {"1": False, "1003": True})
+    evaluate.evaluate_checkpoint(config, FixtureEnvironment(), Path("ckpt"), "b", baseline=short)
+    [result] = tmp_path.glob("eval_b-*.json")
+    assert json.loads(result.read_text())["comparison"]["tasks"] == 2

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from webrl.evaluation.breakdown import SEEN, TEST_ONLY, Rate, breakdown
 from webrl.evaluation.run_results import WALL_FROM_PHASES, RunResult
-from webrl.evaluation.stats import McNemarResult, mcnemar, require_same_tasks, task_order
+from webrl.evaluation.stats import McNemarResult, require_same_tasks, shared_mcnemar, task_order
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,8 @@ class LearningTable:
 
 
 def require_same_task_sets(results: list[RunResult]) -> None:
-    """Raise ValueError naming the methods unless every result covers the same tasks of the same suite and split."""
+    """Raise ValueError naming the methods unless every result attempted the same tasks of the same suite and split
+    (`RunResult.tasks`: a task a browser failure kept out of one method's outcomes is still the same task)."""
     first = results[0]
     for result in results[1:]:
         if (result.suite, result.split) != (first.suite, first.split):
@@ -197,18 +198,18 @@ def require_same_task_sets(results: list[RunResult]) -> None:
                 f"{first.suite}, {result.method} on the {result.split} split of {result.suite}"
             )
         try:
-            require_same_tasks(result.successes, first.successes)
+            require_same_tasks(result.tasks, first.tasks)
         except ValueError as err:
             raise ValueError(
-                f"methods evaluated on different held-out tasks: {result.method} ({len(result.successes)} tasks) vs "
-                f"{first.method} ({len(first.successes)} tasks): {err} (A = {result.method}, B = {first.method})"
+                f"methods evaluated on different held-out tasks: {result.method} ({len(result.tasks)} tasks) vs "
+                f"{first.method} ({len(first.tasks)} tasks): {err} (A = {result.method}, B = {first.method})"
             ) from None
 
 
 def _pair(result: RunResult, other: RunResult | None) -> Pairing | None:
     if other is None:
         return None
-    test = mcnemar(result.successes, other.successes)
+    test = shared_mcnemar(result.successes, other.successes)
     diff = (test.only_a - test.only_b) / test.tasks if test.tasks else 0.0
     return Pairing(other.method, 100 * diff, test)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from webrl.data.trajectory import Trajectory
 from webrl.evaluation.breakdown import Breakdown, Rate, breakdown
 from webrl.evaluation.outcomes import Baseline, success_map, task_outcomes
-from webrl.evaluation.stats import McNemarResult, mcnemar, task_order
+from webrl.evaluation.stats import McNemarResult, shared_mcnemar, task_order
 from webrl.metrics import errored, infra_errors
 
 
@@ -23,7 +23,7 @@ def evaluation_statistics(
     outcomes = task_outcomes(trajectories)
     rates = breakdown(outcomes, seen_templates)
     successes = success_map(outcomes)
-    comparison = mcnemar(successes, baseline.outcomes) if baseline is not None else None
+    comparison = shared_mcnemar(successes, baseline.outcomes) if baseline is not None else None
     source = baseline.source if baseline is not None else ""
     errors = ErrorCounts.of(trajectories)
     record = {**statistics_record(rates, successes, comparison, source), "errors": errors.to_dict()}

@@ -48,6 +48,13 @@ class RunResult:
     """Seconds the method's run took, when known."""
     wall_source: str = ""
     """Where `wall_s` comes from: `launches` (timed by the comparison), `phases` (the run's phase times), or ''."""
+    attempted: frozenset[str] = frozenset()
+    """Every task id evaluated, those a browser or site failure left out of `outcomes` included (empty: as
+    `outcomes`): methods must have attempted the same tasks, and pair on those both scored."""
+
+    @property
+    def tasks(self) -> frozenset[str]:
+        return self.attempted or frozenset(outcome.task_id for outcome in self.outcomes)
 
     @property
     def successes(self) -> dict[str, bool]:
@@ -68,14 +75,16 @@ def loop_result(method: str, run_dir: Path, phase: int, *, suite: str, split: st
         phase_times = [record.get("time/phase_s") for record in state.history]
         if phase_times and all(isinstance(value, (int, float)) for value in phase_times):
             wall_s, wall_source = float(sum(phase_times)), WALL_FROM_PHASES
+    episodes = layout.evaluations(phase)
     return RunResult(
         method,
-        task_outcomes(layout.evaluations(phase)),
+        task_outcomes(episodes),
         str(layout.eval_path(phase, 0)),
         suite,
         split,
         wall_s,
         wall_source if wall_s is not None else "",
+        frozenset(t.task.task_id for t in episodes),
     )
 
 
@@ -95,15 +104,17 @@ def recipe_result(method: str, run_dir: Path, name: str, settings: dict[str, Any
         return None
     path = max(matching, key=lambda candidate: candidate.stat().st_mtime)
     trajectories = path.with_suffix(".jsonl")
+    episodes = read_trajectories(trajectories)
     wall_s = launch_seconds(run_dir)
     return RunResult(
         method,
-        task_outcomes(read_trajectories(trajectories)),
+        task_outcomes(episodes),
         str(trajectories),
         str(settings["suite"]),
         str(settings["split"]),
         wall_s,
         WALL_FROM_LAUNCHES if wall_s is not None else "",
+        frozenset(t.task.task_id for t in episodes),
     )
 
 

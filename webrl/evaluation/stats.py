@@ -87,6 +87,14 @@ def mcnemar(outcomes_a: Mapping[str, bool], outcomes_b: Mapping[str, bool]) -> M
     return McNemarResult(len(outcomes_a), both, only_a, only_b, exact_mcnemar_p(only_a, only_b))
 
 
+def shared_mcnemar(outcomes_a: Mapping[str, bool], outcomes_b: Mapping[str, bool]) -> McNemarResult:
+    """`mcnemar` on the tasks both sides scored: a task one side lost to a browser or site failure (left out of its
+    outcomes) has nothing to pair with. Callers check first that both attempted the same tasks (`recipes.evaluate`
+    before it runs, the learning table on `RunResult.tasks`), so another split or sample is refused, not narrowed."""
+    shared = [task for task in outcomes_a if task in outcomes_b]
+    return mcnemar({task: outcomes_a[task] for task in shared}, {task: outcomes_b[task] for task in shared})
+
+
 def require_same_tasks(tasks_a: Collection[str], tasks_b: Collection[str]) -> None:
     """Raise ValueError naming the task ids only A has and only B has, unless the two sets are equal."""
     only_in_a = sorted(set(tasks_a) - set(tasks_b), key=task_order)
