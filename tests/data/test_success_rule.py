@@ -8,6 +8,7 @@ import asyncio
 from tests.single_process import SingleProcess
 from webrl import loop as loop_module
 from webrl.config import load_config
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
 from webrl.data.steps import trajectory_outcome
 from webrl.data.trajectory import is_full_score, is_success, orm_accepts, write_trajectories
@@ -51,6 +52,7 @@ def test_the_loop_labels_rollouts_at_the_configured_threshold(tmp_path, make_tra
         config, SingleProcess(), None, None, sft_dir=tmp_path / "sft", orm_dir=tmp_path / "orm", demonstrations=[]
     )
     rollouts = [make_trajectory(f"t{i}", outcome=None) for i in range(2)]
+    write_json_atomic(loop.layout.tasks_path(1), [t.task.to_dict() for t in rollouts])  # the phase's tasks
     write_trajectories(loop.layout.rollouts_path(1, 0), rollouts)
     monkeypatch.setattr(loop_module, "orm_scorer", lambda *args, **kwargs: (lambda prompts: [0.69, 0.7], None))
     loop._labels(1)
