@@ -31,7 +31,7 @@ from webrl.evaluation.identity import evaluation_settings
 from webrl.evaluation.learning_table import LearningTable
 from webrl.evaluation.run_results import RunResult, loop_result, recipe_result, record_launch
 from webrl.loop_config import WebRLConfig
-from webrl.run_config import check_run_config, keep_run_config
+from webrl.run_config import check_run_config, flatten, keep_run_config
 
 
 @dataclass(frozen=True)
@@ -256,12 +256,7 @@ def _file_keys(path: Path) -> set[str]:
     """The dotted keys a config file sets (`replay.enabled`), `output_dir` aside (the comparison sets it)."""
     from omegaconf import OmegaConf
 
-    def walk(node: object, prefix: str) -> set[str]:
-        if isinstance(node, dict) and node:
-            return set().union(*(walk(value, f"{prefix}{key}.") for key, value in node.items()))
-        return {prefix[:-1]}
-
-    return walk(OmegaConf.to_container(OmegaConf.load(path)), "") - {"output_dir"}
+    return set(flatten(OmegaConf.to_container(OmegaConf.load(path)))) - {"output_dir"}
 
 
 def _overlaps(key: str, keys: set[str]) -> bool:

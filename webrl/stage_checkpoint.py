@@ -32,6 +32,7 @@ import torch
 from lightning.fabric import Fabric
 
 from webrl.data.atomic_io import fault_point, moved_aside, publish_dir, write_json_atomic
+from webrl.run_config import flatten
 from webrl.stage_settings import StageSettings
 
 STATE_NAME = "state.ckpt"
@@ -119,7 +120,7 @@ class StageCheckpoint:
         folder = self._complete_folder()
         if folder is None:
             return None
-        saved, meta = _flat(json.loads((folder / META_NAME).read_text(encoding="utf-8"))), _flat(self._meta(meta))
+        saved, meta = flatten(json.loads((folder / META_NAME).read_text(encoding="utf-8"))), flatten(self._meta(meta))
         if saved != meta:
             differing = sorted(key for key in meta.keys() | saved.keys() if meta.get(key) != saved.get(key))
             fabric.print(
@@ -192,14 +193,3 @@ def batches(dataloader: Any, progress: StageProgress, total_batches: int) -> Ite
             if progress.batch_index >= total_batches:
                 break
             yield batch
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested dict as one level of dotted keys, so that a mismatch names the setting (`inputs.actor.loss.beta`)."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            flat |= _flat(value, f"{prefix}{key}.")
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
