@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.evaluation.breakdown import TaskOutcome
+from webrl.evaluation.identity import weights_sha256
 from webrl.evaluation.learning_table import LearningTable
 from webrl.evaluation.run_results import RunResult, launch_seconds, loop_result, recipe_result, record_launch
 from webrl.run_layout import RunLayout
@@ -138,10 +140,18 @@ def test_loop_result_reads_the_last_phase_once_evaluated(tmp_path):
     assert loop_result("webrl", tmp_path, 1, suite="embedded", split="test").wall_source == "launches"
 
 
+def evaluated_checkpoint(folder: Path, weights: bytes) -> dict[str, str | None]:
+    """A checkpoint folder holding `weights`, and the part of an evaluation's identity that names it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.safetensors").write_bytes(weights)
+    return {"checkpoint": str(folder), "weights_sha256": weights_sha256(folder)}
+
+
 def test_recipe_result_reads_only_an_evaluation_with_the_same_settings(tmp_path):
     settings = {"suite": "embedded", "split": "test", "test_tasks": 3, "seed": 0}
+    checkpoint = evaluated_checkpoint(tmp_path / "sft", b"weights")
     for name, split, solved in (("eval_sft-aaa", "validation", "2"), ("eval_sft-bbb", "test", "1")):
-        identity = {"checkpoint": "/c", "weights_sha256": "x", **settings, "split": split}
+        identity = {**checkpoint, **settings, "split": split}
         (tmp_path / f"{name}.json").write_text(json.dumps({"identity": identity}))
         write_trajectories(tmp_path / f"{name}.jsonl", [trajectory(t, float(t == solved)) for t in ("1", "2", "3")])
     found = recipe_result("sft", tmp_path, "sft", settings)
@@ -149,3 +159,17 @@ def test_recipe_result_reads_only_an_evaluation_with_the_same_settings(tmp_path)
     assert found.wall_s is None
     assert recipe_result("sft", tmp_path, "sft", {**settings, "seed": 1}) is None
     assert recipe_result("filtered_bc", tmp_path, "filtered_bc", settings) is None
+
+
+def test_recipe_result_is_not_reused_once_its_checkpoint_holds_other_weights(tmp_path, caplog):
+    settings = {"suite": "embedded", "split": "test", "test_tasks": 3, "seed": 0}
+    folder = tmp_path / "sft"
+    identity = {**evaluated_checkpoint(folder, b"first training"), **settings}
+    (tmp_path / "eval_sft-aaa.json").write_text(json.dumps({"identity": identity}))
+    write_trajectories(tmp_path / "eval_sft-aaa.jsonl", [trajectory("1", 1.0)])
+    assert recipe_result("sft", tmp_path, "sft", settings).successes == {"1": True}
+    (folder / "model.safetensors").write_bytes(b"trained again")  # the SFT cache rebuilt in the same folder
+    assert recipe_result("sft", tmp_path, "sft", settings) is None
+    assert f"{folder} no longer holds the weights it evaluated" in caplog.text
+    (folder / "model.safetensors").unlink()  # or deleted
+    assert recipe_result("sft", tmp_path, "sft", settings) is None

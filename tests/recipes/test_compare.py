@@ -17,7 +17,7 @@ from webrl.comparison import Comparison, Method, train_templates
 from webrl.config import load_config
 from webrl.config_checks import ConfigError
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
-from webrl.evaluation.identity import evaluation_settings
+from webrl.evaluation.identity import evaluation_settings, weights_sha256
 from webrl.evaluation.run_results import launch_seconds
 from webrl.loop_config import WebRLConfig
 from webrl.run_layout import RunLayout
@@ -45,7 +45,10 @@ def write_loop_run(run_dir: Path, solved: set[str], tasks: list[str] = TASKS) ->
 def write_sft_run(run_dir: Path, settings: dict, solved: set[str]) -> None:
     """The SFT recipe's evaluation as recipes.evaluate writes it: the JSON with its identity, the trajectories."""
     run_dir.mkdir(parents=True)
-    identity = {"checkpoint": "/cache/sft", "weights_sha256": "0" * 64, **settings}
+    checkpoint = run_dir.parent / "sft_checkpoint"
+    checkpoint.mkdir(exist_ok=True)
+    (checkpoint / "model.safetensors").write_bytes(b"sft weights")
+    identity = {"checkpoint": str(checkpoint), "weights_sha256": weights_sha256(checkpoint), **settings}
     (run_dir / "eval_sft-0123456789.json").write_text(json.dumps({"identity": identity}))
     write_trajectories(run_dir / "eval_sft-0123456789.jsonl", [trajectory(task, solved) for task in TASKS])
 

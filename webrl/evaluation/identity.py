@@ -8,6 +8,7 @@ digest of this identity, and the identity itself is written into the results.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -23,18 +24,37 @@ def weights_sha256(checkpoint: Path) -> str | None:
     """SHA-256 over the checkpoint's weight files, in name order, each as `name NUL bytes`; None if it has none.
 
     The bytes, not the modification times: a checkpoint rewritten with the same weights keeps its
-    identity, and one trained again in the same folder gets a new one.
+    identity, and one trained again in the same folder gets a new one. The digest is remembered per file
+    size and modification time, so checking a comparison's methods again does not hash their weights again.
     """
     files = sorted(path for path in Path(checkpoint).glob("*") if path.suffix in WEIGHT_SUFFIXES and path.is_file())
     if not files:
         return None
+    return _files_sha256(tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in files))
+
+
+@functools.lru_cache(maxsize=32)
+def _files_sha256(files: tuple[tuple[str, int, int], ...]) -> str:
+    """The digest of `weights_sha256` over (path, size, mtime) entries; the size and time only key the cache."""
     digest = hashlib.sha256()
-    for path in files:
+    for name, _, _ in files:
+        path = Path(name)
         digest.update(path.name.encode() + b"\0")
         with path.open("rb") as handle:
             while chunk := handle.read(CHUNK_BYTES):
                 digest.update(chunk)
     return digest.hexdigest()
+
+
+def weights_unchanged(identity: dict[str, Any]) -> bool:
+    """Whether the checkpoint an evaluation's `identity` names still holds the weights it evaluated.
+
+    A result is reused by its settings, but the folder it evaluated can be trained again in place (an SFT
+    cache rebuilt after its folder was deleted, a Filtered BC run redone): its old score is then not the
+    checkpoint's. A checkpoint that is gone does not match either.
+    """
+    checkpoint = identity.get("checkpoint")
+    return checkpoint is not None and weights_sha256(Path(checkpoint)) == identity.get("weights_sha256")
 
 
 CHECKPOINT_KEYS = ("checkpoint", "weights_sha256")

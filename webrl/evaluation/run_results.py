@@ -5,7 +5,8 @@ Two kinds of runs end in an evaluation. A WebRL run (`recipes.webrl`) evaluates 
 evaluation done. The SFT and Filtered BC recipes evaluate one checkpoint through `recipes.evaluate` into
 `eval_<name>-<id>.json` (written last, so its presence means the evaluation finished) beside the
 trajectories `.jsonl`; a run directory can hold evaluations made with other settings, so the one read is
-the newest whose recorded settings (split, task count, seed, sampling: `identity`) are the config's.
+the newest whose recorded settings (split, task count, seed, sampling: `identity`) are the config's and
+whose checkpoint still holds the weights it evaluated.
 
 The wall time comes from `launches.json`, which a comparison writes when it runs a method (every launch,
 with its duration, resumed launches included); without it, a WebRL run's phase times are summed (they
@@ -15,6 +16,7 @@ leave out the cached SFT and ORM builds and the process start-up).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Any
 
 from webrl.data.trajectory import read_trajectories
 from webrl.evaluation.breakdown import TaskOutcome
-from webrl.evaluation.identity import CHECKPOINT_KEYS
+from webrl.evaluation.identity import CHECKPOINT_KEYS, weights_unchanged
 from webrl.evaluation.outcomes import success_map, task_outcomes
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState, write_json_atomic
@@ -30,6 +32,7 @@ from webrl.run_state import RunState, write_json_atomic
 LAUNCHES_FILE = "launches.json"
 """In a method's run directory: each launch a comparison made of it (command, seconds, exit status)."""
 WALL_FROM_LAUNCHES, WALL_FROM_PHASES = "launches", "phases"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -92,14 +95,19 @@ def recipe_result(method: str, run_dir: Path, name: str, settings: dict[str, Any
     """The newest finished `eval_<name>-<id>` evaluation in `run_dir` made with `settings`, or None if there is none.
 
     `settings` is `webrl.evaluation.identity.evaluation_settings` of the method's config: an evaluation
-    recorded with other settings (another split, task count, seed or sampling) is never read.
+    recorded with other settings (another split, task count, seed or sampling) is never read, nor one whose
+    checkpoint no longer holds the weights it evaluated (`weights_unchanged`).
     """
     matching = []
     for path in Path(run_dir).glob(f"eval_{name}-*.json"):
         identity = json.loads(path.read_text(encoding="utf-8")).get("identity", {})
         recorded = {key: value for key, value in identity.items() if key not in CHECKPOINT_KEYS}
-        if recorded == settings and path.with_suffix(".jsonl").is_file():
+        if recorded != settings or not path.with_suffix(".jsonl").is_file():
+            continue
+        if weights_unchanged(identity):
             matching.append(path)
+        else:
+            log.warning("%s: %s no longer holds the weights it evaluated; not reused", path, identity.get("checkpoint"))
     if not matching:
         return None
     path = max(matching, key=lambda candidate: candidate.stat().st_mtime)
