@@ -15,6 +15,7 @@ run state.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import traceback
 from pathlib import Path
@@ -33,9 +34,24 @@ from webrl.run_layout import RunLayout
 from webrl.run_state import STAGES, RunState
 
 
+class TrackedProcess(SingleProcess):
+    """One process whose metric loggers append each `log_dict` to `sent.jsonl` in the run directory, as a
+    tracker (W&B, a launch's CSV) keeps what it was sent across a crash."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__()
+        self.sent = run_dir / "sent.jsonl"
+
+    def log_dict(self, metrics: dict[str, float], step: int) -> None:
+        with self.sent.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"step": step, "phase": metrics.get("phase")}) + "\n")
+
+
 def stub_loop(run_dir: Path) -> PhaseLoop:
     config = load_config(WebRLConfig, [f"output_dir={run_dir}", "phases=1"])
-    loop = PhaseLoop(config, SingleProcess(), None, None, sft_dir=run_dir / "sft", orm_dir=None, demonstrations=[])
+    loop = PhaseLoop(
+        config, TrackedProcess(run_dir), None, None, sft_dir=run_dir / "sft", orm_dir=None, demonstrations=[]
+    )
     layout = loop.layout
 
     def curriculum(phase: int) -> dict[str, float]:
@@ -95,6 +111,7 @@ def _results(run_dir: Path) -> dict[str, object]:
         "buffer": buffer.stats(),
         "buffer_ids": [t.task.task_id for t in buffer.trajectories()],
         "labels": [[(t.task.task_id, t.outcome) for t in layout.labelled(phase)] for phase in (0, 1)],
+        "sent": [json.loads(line)["phase"] for line in (run_dir / "sent.jsonl").read_text().splitlines()],
     }
 
 
@@ -121,11 +138,16 @@ def test_a_fault_at_every_point_then_a_resume_ends_as_the_uninterrupted_run(tmp_
     reference_dir, points = reference
     run_dir = tmp_path / "run"
     chain = [p.replace(str(reference_dir), str(run_dir)) for p in points if p.startswith(f"{kind}:")]
-    # 2 phases x 9 stages x (written, marked); per phase 23 writes: tasks, labels, the buffer's phase file
-    # and manifest, phases.csv, report.html, 8 stages' metrics (the checkpoint has none) and 9 marks in
-    # run_state.json.
-    assert len(chain) == (36 if kind == "stage" else 46)
+    # 2 phases x 9 stages x (written, marked); per phase 24 writes: tasks, labels, the buffer's phase file
+    # and manifest, phases.csv, report.html, the trackers' mark, 8 stages' metrics (the checkpoint has none)
+    # and 9 marks in run_state.json.
+    assert len(chain) == (36 if kind == "stage" else 48)
     for point in chain:
         assert _run(run_dir, **{FAULT_ENV: point}) == FAULT_EXIT_CODE, f"{point}: not reached"
     assert _run(run_dir) == 0
-    assert _results(run_dir) == _results(reference_dir)
+    results, expected = _results(run_dir), _results(reference_dir)
+    # Each phase's record reaches the trackers once; only a crash inside the write of the mark that says it was
+    # sent sends it again (a tracker and a file cannot change together).
+    resent = [int(p.split("/phase_")[1][:3]) for p in chain if p.endswith("/tracked.json")]
+    assert expected["sent"] == [0, 1] and sorted(results.pop("sent")) == sorted(expected.pop("sent") + resent)
+    assert results == expected

@@ -23,7 +23,7 @@ from webrl.data.trajectory import write_trajectories
 from webrl.report_data import RunFigures
 from webrl.report_plots import histogram_counts, phase_starts
 from webrl.run_layout import RunLayout
-from webrl.run_report import REPORT_NAME, ReportConfig, RunReport
+from webrl.run_report import REPORT_NAME, ReportConfig, RunReport, write_run_report
 from webrl.run_state import RunState
 from webrl.tracking import TrackingConfig, build_loggers, log_phase_views, write_phase_row
 
@@ -317,7 +317,7 @@ def test_the_phase_views_send_the_report_and_its_plots_to_an_offline_wandb_run(t
     layout = _write_run(tmp_path, jpeg)
     loggers = build_loggers(tmp_path, TrackingConfig(wandb_mode="offline"), {}, "report-test")
     try:
-        log_phase_views(loggers, 1, layout, sample_trajectories=0)
+        log_phase_views(loggers, 1, layout, write_run_report(tmp_path), sample_trajectories=0)
     finally:
         loggers[-1].experiment.finish()
     [files] = list((tmp_path / "wandb").glob("offline-run-*/files"))

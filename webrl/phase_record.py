@@ -15,6 +15,7 @@ from lightning.fabric import Fabric
 
 from webrl.data.atomic_io import fault_point, write_json_atomic
 from webrl.run_layout import RunLayout
+from webrl.run_report import write_run_report
 from webrl.run_state import PHASE_STEPS, RunState
 from webrl.tracking import log_phase_views, write_phase_row
 
@@ -41,20 +42,25 @@ def phase_record(layout: RunLayout, phase: int) -> dict[str, Any]:
 
 
 def close_phase(fabric: Fabric, state: RunState, layout: RunLayout, phase: int, sample_trajectories: int) -> RunState:
-    """Close the phase: its record goes to W&B, phases.csv and run_state.json, in that order.
+    """Close the phase: its record goes to phases.csv, the run report, the trackers and run_state.json, in that order.
 
     phases.csv and the history are keyed by phase, so a checkpoint redone after a crash between
-    them replaces the phase's row and record instead of adding a second one. `sample_trajectories`
-    is how many of the phase's trajectories the tracker shows.
+    them replaces the phase's row and record instead of adding a second one. The trackers (W&B, the
+    launch's CSV) only append, so the phase is sent once: `tracked.json` marks it sent, and a checkpoint
+    redone after that skips the sending (only a crash inside that file's own write sends it twice).
+    `sample_trajectories` is how many of the phase's trajectories the tracker shows.
     """
     record = phase_record(layout, phase)
     record["time/phase_s"] = sum(v for k, v in record.items() if k.startswith("time/") and k.endswith("_s"))
     if fabric.is_global_zero:
-        # Phase records sit after both training stages on the step axis, so W&B steps stay monotonic.
-        numeric = {k: v for k, v in record.items() if isinstance(v, (int, float))}
-        fabric.log_dict(numeric, step=phase * PHASE_STEPS + PHASE_STEPS - 1)
         write_phase_row(layout.phases_csv, record)
-        log_phase_views(fabric.loggers, phase, layout, sample_trajectories)
+        report = write_run_report(layout.root)
+        if not layout.tracked_path(phase).exists():
+            # Phase records sit after both training stages on the step axis, so W&B steps stay monotonic.
+            numeric = {k: v for k, v in record.items() if isinstance(v, (int, float))}
+            fabric.log_dict(numeric, step=phase * PHASE_STEPS + PHASE_STEPS - 1)
+            log_phase_views(fabric.loggers, phase, layout, report, sample_trajectories)
+            write_json_atomic(layout.tracked_path(phase), {"phase": phase})
         fault_point(f"stage:{phase}:checkpoint:written")
         state.history = [kept for kept in state.history if kept.get("phase") != phase] + [record]
         state.mark(phase, "checkpoint", layout.state_path)

@@ -106,6 +106,10 @@ class RunLayout:
     def actor_dir(self, phase: int) -> Path:
         return self.phase_dir(phase) / "actor"
 
+    def tracked_path(self, phase: int) -> Path:
+        """Present once the phase's record was sent to the trackers, which only append (`close_phase`)."""
+        return self.phase_dir(phase) / "tracked.json"
+
     def metrics_dir(self, phase: int) -> Path:
         return self.phase_dir(phase) / "metrics"
 

@@ -22,7 +22,7 @@ from webrl.config_checks import at_least, one_of, require
 from webrl.data.atomic_io import write_text_atomic
 from webrl.data.trajectory import Trajectory
 from webrl.run_layout import RunLayout, phase_name
-from webrl.run_report import RunReport, write_run_report
+from webrl.run_report import RunReport
 
 WANDB_MODES = ("online", "offline", "disabled")
 WANDB_ENVIRONMENT = {
@@ -168,11 +168,13 @@ def log_trajectory_table(loggers: list[Any], phase: int, trajectories: list[Traj
         logger.experiment.log({f"samples/{phase_name(phase)}": table})
 
 
-def log_phase_views(loggers: list[Any], phase: int, layout: RunLayout, sample_trajectories: int) -> None:
-    """What a person looks at after a phase: the run report (rewritten in the run directory, and sent to W&B
-    with its plots) and a W&B table of sample trajectories."""
+def log_phase_views(
+    loggers: list[Any], phase: int, layout: RunLayout, report: RunReport | None, sample_trajectories: int
+) -> None:
+    """What a person looks at after a phase, sent to W&B: the run report (`webrl.run_report.write_run_report`)
+    with its plots, and a table of sample trajectories."""
     log_trajectory_table(loggers, phase, layout.labelled(phase), sample_trajectories)
-    log_html_report(loggers, phase, write_run_report(layout.root))
+    log_html_report(loggers, phase, report)
 
 
 def log_html_report(loggers: list[Any], phase: int, report: RunReport | None) -> None:
