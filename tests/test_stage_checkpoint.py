@@ -9,9 +9,12 @@ from the same seed, as a new process would.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from lightning.fabric import Fabric
+from lightning.fabric.plugins import MixedPrecision
 from safetensors.torch import load_file
 from sample_records import build_trajectory
 from torch.utils.data import DataLoader, TensorDataset
@@ -19,7 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from webrl import training
 from webrl.config import load_config
 from webrl.loop_config import WebRLConfig
-from webrl.stage_checkpoint import META_NAME, StageCheckpoint
+from webrl.stage_checkpoint import META_NAME, STATE_NAME, StageCheckpoint, StageProgress, stage_meta
 from webrl.stage_settings import StageSettings
 from webrl.starting_models import base_model_dir, train_orm, train_sft
 from webrl.training import setup_for_training, train_module
@@ -55,11 +58,11 @@ class DropoutProbe(torch.nn.Module):
 
 
 def _launch(
-    checkpoint: StageCheckpoint | None, crash_at: int = 0, accelerator: str = "cpu"
+    checkpoint: StageCheckpoint | None, crash_at: int = 0, accelerator: str = "cpu", plugins: list | None = None
 ) -> tuple[DropoutProbe, dict[str, float]]:
     """One process's worth: seed, model, loader and stage from scratch, as `python -m ...` would."""
     torch.manual_seed(7)
-    fabric = Fabric(accelerator=accelerator, devices=1)
+    fabric = Fabric(accelerator=accelerator, devices=1, plugins=plugins)
     probe = DropoutProbe(crash_at)
     data = TensorDataset(torch.randn(8, 3), torch.randn(8))
     loader = fabric.setup_dataloaders(DataLoader(data, batch_size=SETTINGS.batch_size, shuffle=True))
@@ -278,3 +281,81 @@ def test_a_stages_last_short_group_of_micro_batches_steps_on_their_mean(monkeypa
     monkeypatch.setattr(f"{__name__}.SETTINGS", StageSettings(lr=0.05, epochs=1.25, batch_size=2, accumulate=2))
     _launch(None)
     assert divisors == pytest.approx([2, 2, 2, 2, 1])
+
+
+def _fp16_plugin(growth_interval: int = 2000) -> MixedPrecision:
+    """`16-mixed` with a real GradScaler on CPU: Lightning refuses `precision="16-mixed"` there, but takes the
+    plugin, so the scaler that a GPU run's plugin holds can be saved and loaded on this machine."""
+    return MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", growth_interval=growth_interval))
+
+
+def _scaler_state(plugin: MixedPrecision) -> tuple[float, int]:
+    state = plugin.state_dict()
+    return state["scale"], state["_growth_tracker"]
+
+
+def _fp16_fabric_and_probe(plugin: MixedPrecision) -> tuple[Fabric, Any, Any]:
+    fabric = Fabric(accelerator="cpu", devices=1, plugins=[plugin])
+    module, optimizer = setup_for_training(fabric, DropoutProbe())
+    return fabric, module, optimizer
+
+
+def test_the_gradient_scalers_scale_and_growth_tracker_are_saved_and_restored(tmp_path):
+    """Fabric's save leaves the precision plugin out; a fresh plugin must get the saved scaler back, not 65536."""
+    meta = stage_meta("probe", SETTINGS, total_batches=10, batches_per_epoch=4, world_size=1)
+    plugin = _fp16_plugin(growth_interval=5)
+    fabric, module, optimizer = _fp16_fabric_and_probe(plugin)
+    x = torch.randn(4, 3)
+    plugin.scaler.scale(torch.ones(()))
+    plugin.scaler.update(new_scale=1024.0)
+    for _ in range(3):  # real steps, small enough not to overflow at 1024: the growth tracker counts them
+        with fabric.autocast():
+            loss = module.linear(x).float().mean() * 1e-3
+        fabric.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    assert _scaler_state(plugin) == (1024.0, 3)
+    StageCheckpoint(tmp_path / "stage.resume", every_s=0).save(fabric, module, optimizer, StageProgress(4), meta)
+
+    fresh = _fp16_plugin(growth_interval=5)
+    fabric, module, optimizer = _fp16_fabric_and_probe(fresh)
+    assert _scaler_state(fresh) == (65536.0, 0)
+    progress = StageCheckpoint(tmp_path / "stage.resume", every_s=0).load(fabric, module, optimizer, meta)
+    assert progress is not None and progress.batch_index == 4
+    assert _scaler_state(fresh) == (1024.0, 3)
+    assert fresh.state_dict() == plugin.state_dict()
+
+
+def test_a_resumed_stage_under_16_mixed_ends_with_the_scaler_and_weights_of_an_uninterrupted_one(tmp_path):
+    """The probe's fp16 gradients overflow at the first scales, so the scaler lowers its scale and skips those
+    steps; a resume that started again from 65536 would skip steps the uninterrupted stage took."""
+    straight_plugin, resumed_plugin = _fp16_plugin(growth_interval=2), _fp16_plugin(growth_interval=2)
+    straight, _ = _launch(None, plugins=[straight_plugin])
+    assert _scaler_state(straight_plugin)[0] < 65536.0, "the run lowered its scale: the state matters"
+    with pytest.raises(Crash):
+        _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=1e-9), crash_at=7, plugins=[_fp16_plugin(2)])
+    resumed, _ = _launch(StageCheckpoint(tmp_path / "stage.resume", every_s=0), plugins=[resumed_plugin])
+    assert resumed.batches == 4
+    assert resumed_plugin.state_dict() == straight_plugin.state_dict()
+    assert all(torch.equal(resumed.state_dict()[k], v) for k, v in straight.state_dict().items())
+
+
+@pytest.mark.parametrize("saved", [None, {}], ids=["written-before-the-key", "precision-without-a-scaler"])
+def test_a_checkpoint_without_a_scaler_state_loads_and_leaves_the_scaler_as_built(tmp_path, saved):
+    """A checkpoint with no precision entry (written before it was saved) or an empty one (32-true) still resumes."""
+    meta = stage_meta("probe", SETTINGS, total_batches=10, batches_per_epoch=4, world_size=1)
+    fabric, module, optimizer = _fp16_fabric_and_probe(_fp16_plugin())
+    StageCheckpoint(tmp_path / "stage.resume", every_s=0).save(fabric, module, optimizer, StageProgress(4), meta)
+    state_file = tmp_path / "stage.resume" / STATE_NAME
+    state = torch.load(state_file, weights_only=False)
+    assert state["precision"] == _fp16_plugin().state_dict(), "the saved entry is the plugin's state"
+    if saved is None:
+        del state["precision"]
+    else:
+        state["precision"] = saved
+    torch.save(state, state_file)
+    fresh = _fp16_plugin()
+    fabric, module, optimizer = _fp16_fabric_and_probe(fresh)
+    progress = StageCheckpoint(tmp_path / "stage.resume", every_s=0).load(fabric, module, optimizer, meta)
+    assert progress is not None and progress.batch_index == 4
+    assert _scaler_state(fresh) == (65536.0, 0)

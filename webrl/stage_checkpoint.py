@@ -4,7 +4,8 @@ Phases resume stage by stage (`webrl.run_state`), but a stage itself restarted f
 2-core CPU the two-epoch SmolLM2 SFT takes over two hours and its ORM one, so a crash, a Ctrl-C or the end
 of a machine's lease lost all of it. `train_module` now saves, every `resume.stage_checkpoint_minutes`,
 what the rest of the stage depends on: the weights, the optimiser's state, how many batches were
-trained, the running sums of the stage's metrics and the global RNG. A relaunch with the same settings
+trained, the running sums of the stage's metrics, the global RNG and the precision plugin's state (under
+`16-mixed`, its gradient scaler's scale and growth tracker). A relaunch with the same settings
 loads it, draws the dataloader's batches up to that point again without training on them (the samplers
 are seeded by epoch, so the order is the same), and goes on; on CPU the result is the same weights as an
 uninterrupted stage (tests/test_stage_checkpoint.py).
@@ -37,6 +38,8 @@ from webrl.stage_settings import StageSettings
 
 STATE_NAME = "state.ckpt"
 META_NAME = "meta.json"
+PRECISION_KEY = "precision"
+"""The key of the precision plugin's state (its gradient scaler's, under `16-mixed`) in the saved state."""
 
 
 @dataclass
@@ -58,7 +61,14 @@ class StageProgress:
 
 @dataclass
 class StageCheckpoint:
-    """Where a stage keeps its running state (`path`, a folder) and how often it saves it (`every_s`; 0 = never)."""
+    """Where a stage keeps its running state (`path`, a folder) and how often it saves it (`every_s`; 0 = never).
+
+    The state includes the precision plugin's (`fabric.strategy.precision.state_dict()`), which `fabric.save`
+    leaves out: under `16-mixed` it is the gradient scaler's scale and growth tracker. A stage resumed without
+    them would start again from the initial scale of 65536 and skip, on overflow, optimiser steps that the
+    uninterrupted stage took at its lowered scale, or scale the gradients differently, so the weights would
+    part from an uninterrupted stage's. Precisions without a scaler save an empty dict.
+    """
 
     path: Path
     every_s: float
@@ -92,7 +102,10 @@ class StageCheckpoint:
         return due
 
     def save(self, fabric: Fabric, module: Any, optimizer: Any, progress: StageProgress, meta: dict[str, Any]) -> None:
-        """Write the state into `<path>.tmp`, then put it in place of the last one in one rename."""
+        """Write the state into `<path>.tmp`, then put it in place of the last one in one rename.
+
+        The precision plugin's state is saved after the step's scaler update, as the next step will find it.
+        """
         started = time.monotonic()
         tmp = self._tmp
         if fabric.is_global_zero:
@@ -101,9 +114,8 @@ class StageCheckpoint:
         fabric.barrier()
         progress.rng = torch.get_rng_state()
         progress.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-        fabric.save(
-            tmp / STATE_NAME, {"module": module, "optimizer": optimizer, "progress": dataclasses.asdict(progress)}
-        )
+        state = {"module": module, "optimizer": optimizer, "progress": dataclasses.asdict(progress)}
+        fabric.save(tmp / STATE_NAME, state | {PRECISION_KEY: fabric.strategy.precision.state_dict()})
         if fabric.is_global_zero:
             write_json_atomic(tmp / META_NAME, self._meta(meta))
             publish_dir(tmp, self.path)
@@ -115,7 +127,8 @@ class StageCheckpoint:
     def load(self, fabric: Fabric, module: Any, optimizer: Any, meta: dict[str, Any]) -> StageProgress | None:
         """The saved progress, with `module` and `optimizer` restored; None when there is none that fits.
 
-        The global RNG is restored by `batches` as it reaches the saved place in the data.
+        The precision plugin's saved state (the gradient scaler's) is restored here; the global RNG is restored
+        by `batches` as it reaches the saved place in the data.
         """
         folder = self._complete_folder()
         if folder is None:
@@ -133,6 +146,7 @@ class StageCheckpoint:
         loading = getattr(getattr(module, "module", module), "loading_mid_stage", contextlib.nullcontext)
         with loading():
             rest = fabric.load(folder / STATE_NAME, state)
+        _restore_precision(fabric, rest.get(PRECISION_KEY))
         progress = StageProgress(**rest["progress"])
         if progress.cuda_rng is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(progress.cuda_rng)
@@ -154,6 +168,17 @@ class StageCheckpoint:
             for folder in (self.path, self._tmp, moved_aside(self.path)):
                 shutil.rmtree(folder, ignore_errors=True)
         fabric.barrier()
+
+
+def _restore_precision(fabric: Fabric, state: dict[str, Any] | None) -> None:
+    """Put the saved precision plugin's state back into `fabric`'s plugin, where there is one to put back.
+
+    A checkpoint written before the precision plugin's state was saved has no such entry (None), and one saved
+    under a precision without a scaler has an empty dict; loading an empty dict into an enabled GradScaler is an
+    error, so both leave the plugin as it was built.
+    """
+    if state:
+        fabric.strategy.precision.load_state_dict(state)
 
 
 def stage_meta(name: str, settings: StageSettings, total_batches: int, batches_per_epoch: int, world_size: int) -> dict:
