@@ -63,6 +63,17 @@ def build_trajectory(
     return trajectory
 
 
+def one_token_tokenizer():
+    """A real tokenizer that reads any text as one unknown token, with the eos and pad tokens batching needs: for
+    tests that stub the actor's model but still go through code that fits prompts to a token limit. Its packages are
+    imported here, so that the environment's tests, which read these records without torch, do not load them."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({"[UNK]": 0, "</s>": 1}, unk_token="[UNK]"))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", eos_token="</s>", pad_token="</s>")
+
+
 # Placeholder -> URL on a port nothing listens on (9, discard): tasks resolve without any server.
 URL_MAP = {
     "__SHOPPING__": "http://127.0.0.1:9/shopping",

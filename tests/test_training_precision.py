@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from lightning.fabric import Fabric
 
+from tests.sample_records import one_token_tokenizer
 from webrl import phase_training
 from webrl.config import load_config
 from webrl.data.trajectory import Step, Task, Trajectory
@@ -70,7 +71,7 @@ def test_replay_scoring_runs_in_the_run_precision(tmp_path, monkeypatch):
 
         return score
 
-    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (None, None))
+    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (None, one_token_tokenizer()))
     monkeypatch.setattr(phase_training, "actor_scorer", scorer)
     task = Task(task_id="t", intent="Open item t", sites=["shopping"], start_url="")
     success = Trajectory(task=task, outcome=1.0, phase=0, status="exit", trajectory_id="t")

@@ -18,6 +18,7 @@ import torch
 from lightning.fabric import Fabric
 
 from webrl.data.atomic_io import atomic_write
+from webrl.data.collate import StepTokenizer
 from webrl.data.datamodule import ReplayDataModule, setup_loader
 from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import filter_by_perplexity
@@ -107,6 +108,8 @@ def filter_replay(
             fabric=fabric,
             # The last step's next state is rebuilt here, in the chat form of the run's prompts (as in the datamodule).
             chat_template_tokenizer=tokenizer if uses_chat_template(tokenizer) else None,
+            # Each action is scored after the prompt the actor's batches hold: an over-long one loses page, not history.
+            fit_prompt=StepTokenizer(tokenizer, config.model.max_length).actor_prompt,
         )
 
 

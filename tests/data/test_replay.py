@@ -202,3 +202,47 @@ def test_a_replayed_last_step_keeps_the_runs_chat_form_in_its_next_state(chat_to
     assert success.steps[0].prompt.startswith("<|im_start|>user\nTask Instruction: Do thing t")
     assert last.next_prompt.startswith("<|im_start|>user\nTask Instruction: Do thing t"), last.next_prompt[:80]
     assert last.next_prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_the_filter_scores_the_prompt_the_actor_trains_on(tiny_model_dir, tmp_path, monkeypatch):
+    """A replayed step longer than model.max_length is scored after the prompt the actor's batches hold (its page
+    cut, instruction and history kept), not after the whole prompt, which the scorer would cut from the left."""
+    from lightning.fabric import Fabric
+
+    from webrl import phase_training
+    from webrl.config import load_config
+    from webrl.data.collate import ActorCollator
+    from webrl.loop_config import WebRLConfig
+
+    real_scorer, received = phase_training.actor_scorer, []
+
+    def recording_scorer(model, tokenizer, **kwargs):
+        score = real_scorer(model, tokenizer, **kwargs)
+
+        def record(prompts: list[str], actions: list[str]) -> list[float]:
+            received.extend(prompts)
+            return score(prompts, actions)
+
+        return record
+
+    monkeypatch.setattr(phase_training, "actor_scorer", recording_scorer)
+    long_page = build_trajectory("long", num_steps=2, html_size=20_000)
+    short_page = build_trajectory("short", num_steps=1)
+    config = load_config(WebRLConfig, [f"output_dir={tmp_path}", "model.max_length=300"])
+    fabric = Fabric(accelerator="cpu", devices=1)
+    phase_training.filter_replay(fabric, config, [long_page, short_page], actor_dir=tiny_model_dir, current_steps=4)
+
+    _, tokenizer = phase_training.load_actor_model(tiny_model_dir)
+    samples = [s for t in (long_page, short_page) for s in trajectory_to_samples(t)]
+    assert len(received) == len(samples)
+    for prompt, sample in zip(received, samples, strict=True):
+        batch = ActorCollator(tokenizer, max_length=300)([sample])  # one row: no padding
+        ids, mask = batch["input_ids"][0].tolist(), batch["action_mask"][0].tolist()
+        assert tokenizer(prompt)["input_ids"] == ids[: mask.index(1)], (sample.task_id, sample.step_index)
+        instruction = sample.prompt[: sample.prompt.index(sample.intent) + len(sample.intent)]
+        assert prompt.startswith(instruction), prompt[:80]
+    for prompt, sample in zip(received[:2], samples[:2], strict=True):
+        assert len(tokenizer(sample.prompt)["input_ids"]) > 300
+        assert sample.html[:10] in prompt and sample.html not in prompt
+    assert samples[1].history[0] in received[1]
+    assert received[2] == samples[2].prompt

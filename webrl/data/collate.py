@@ -12,9 +12,15 @@ or the history: the prompt is re-built with a smaller HTML budget until it fits,
 of the page is lost (the same rule the prompt builder applies by characters). That re-build is
 WebRL's actor prompt, so it is made only for a prompt that is that builder's output for the step
 (`build_prompt` at the prompt's own length gives it back); any other prompt over the limit (a
-project's own prompts) is an error naming the sample, never replaced by a web prompt. Batches are left
-padded by default, as `webrl.modules.lm.collate_actions` does: actions line up at the end, and
-the last real token of every row (the critic's feature) is at position -1.
+project's own prompts) is an error naming the sample, never replaced by a web prompt.
+
+`StepTokenizer.actor_prompt` gives the text of that re-built prompt. The replay filter scores a
+replayed step on it (`webrl.data.replay.filter_by_perplexity`'s `fit_prompt`): a scorer handed the
+full prompt would cut it from the left instead (`webrl.modules.lm.encode_prompt_action`), losing
+the instruction and history, and so judge a sequence the actor never trains on.
+
+Batches are left padded by default, as `webrl.modules.lm.collate_actions` does: actions line up at
+the end, and the last real token of every row (the critic's feature) is at position -1.
 """
 
 from __future__ import annotations
@@ -54,19 +60,45 @@ class StepTokenizer:
 
     def fit_prompts(self, sample: StepSample, limit: int, *, with_next: bool = True) -> tuple[list[int], list[int]]:
         """Ids of s (and s' when `with_next`) within `limit` tokens each, cutting page HTML when needed."""
-        prompt_ids = self._fit(sample, sample.prompt, limit, is_next=False)
-        next_ids = self._fit(sample, sample.next_prompt, limit, is_next=True) if with_next else []
+        _, prompt_ids = self._fit(sample, sample.prompt, limit, is_next=False)
+        next_ids = self._fit(sample, sample.next_prompt, limit, is_next=True)[1] if with_next else []
         return prompt_ids, next_ids
 
     def fit_state(self, sample: StepSample, *, next_state: bool) -> list[int]:
         """Ids of s (or s' when `next_state`) within `max_length`, exactly as `fit_prompts` gives them."""
         prompt = sample.next_prompt if next_state else sample.prompt
-        return self._fit(sample, prompt, self.max_length, is_next=next_state)
+        return self._fit(sample, prompt, self.max_length, is_next=next_state)[1]
 
-    def _fit(self, sample: StepSample, prompt: str, limit: int, *, is_next: bool) -> list[int]:
+    def actor_prompt(self, sample: StepSample) -> str:
+        """The text of s that the actor trains on before `sample.action`: the prompt itself when prompt and
+        action fit `max_length`, else the prompt re-built with less page HTML.
+
+        Anything that must score the actor's own sequence (the replay filter) takes its prompt from here;
+        `encode` of this text gives exactly the prompt ids of `actor_ids`.
+        """
+        return self._fit_actor(sample)[0]
+
+    def actor_ids(self, sample: StepSample) -> tuple[list[int], list[int]]:
+        """The actor's prompt ids (those of `actor_prompt`) and action ids (eos included), together within
+        `max_length`."""
+        _, prompt_ids, action_ids = self._fit_actor(sample)
+        return prompt_ids, action_ids
+
+    def _fit_actor(self, sample: StepSample) -> tuple[str, list[int], list[int]]:
+        action = self.action_ids(sample.action)
+        if len(action) >= self.max_length:
+            raise ValueError(
+                f"task {sample.task_id} step {sample.step_index}: the action alone is {len(action)} tokens, "
+                f"not below max_length {self.max_length}"
+            )
+        text, prompt = self._fit(sample, sample.prompt, self.max_length - len(action), is_next=False)
+        return text, prompt, action
+
+    def _fit(self, sample: StepSample, prompt: str, limit: int, *, is_next: bool) -> tuple[str, list[int]]:
+        """The prompt's text and ids within `limit` tokens: the prompt itself, or its re-build with less HTML."""
         ids = self.encode(prompt)
         if len(ids) <= limit:
-            return ids
+            return prompt, ids
 
         def build(max_chars: int) -> str:
             return sample.build_prompt(max_chars, chat_template_tokenizer=self._chat, next_state=is_next)
@@ -96,8 +128,8 @@ class StepTokenizer:
             prompt = build(max(budget, 1))
             ids = self.encode(prompt)
             if len(ids) <= limit:
-                return ids
-        return bare_ids
+                return prompt, ids
+        return bare, bare_ids
 
 
 def pad(rows: Sequence[Sequence[int]], value: int, padding_side: str = "left") -> torch.Tensor:
@@ -187,13 +219,7 @@ class ActorCollator:
     def __call__(self, samples: Sequence[StepSample]) -> dict[str, torch.Tensor]:
         rows, masks = [], []
         for sample in samples:
-            action = self.steps.action_ids(sample.action)
-            if len(action) >= self.steps.max_length:
-                raise ValueError(
-                    f"task {sample.task_id} step {sample.step_index}: the action alone is {len(action)} tokens, "
-                    f"not below max_length {self.steps.max_length}"
-                )
-            prompt, _ = self.steps.fit_prompts(sample, self.steps.max_length - len(action), with_next=False)
+            prompt, action = self.steps.actor_ids(sample)
             rows.append(prompt + action)
             masks.append([0] * len(prompt) + [1] * len(action))
         side = self.padding_side

@@ -42,6 +42,9 @@ PHASE_FILE = "trajectories.jsonl"
 Scorer = Callable[[list[str], list[str]], list[float]]
 """score(prompts, actions) -> geometric-mean action-token probability of each (prompt, action)."""
 
+PromptFitter = Callable[[StepSample], str]
+"""fit_prompt(sample) -> the prompt text a sample's action is scored after (the one the actor trains on)."""
+
 
 @dataclass
 class ReplayFilterConfig:
@@ -198,16 +201,23 @@ def select_successes(
 
 
 def score_samples(
-    samples: Sequence[StepSample], score: Scorer, *, batch_size: int = 8, fabric: Any = None
+    samples: Sequence[StepSample],
+    score: Scorer,
+    *,
+    batch_size: int = 8,
+    fabric: Any = None,
+    fit_prompt: PromptFitter | None = None,
 ) -> list[float]:
     """Score every sample, in batches; under data parallelism each rank scores a shard.
 
-    With `fabric` (a `lightning.fabric.Fabric`) or an initialised `torch.distributed` group of
-    world size W, rank r scores samples r, r+W, r+2W, ... and the scores are all-gathered, so
-    every rank returns the full list in sample order. Every rank must call this.
+    The scorer gets `fit_prompt(sample)` as each sample's prompt (without it, the sample's prompt
+    unchanged). With `fabric` (a `lightning.fabric.Fabric`) or an initialised `torch.distributed`
+    group of world size W, rank r scores samples r, r+W, r+2W, ... and the scores are all-gathered,
+    so every rank returns the full list in sample order. Every rank must call this.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    prompt_of = fit_prompt if fit_prompt is not None else _recorded_prompt
     world, rank = _world(fabric)
     shard = list(samples[rank::world])
     local: list[float] = []
@@ -215,13 +225,17 @@ def score_samples(
     # Progress on rank 0 only: a bar on a terminal, a periodic line elsewhere.
     for start in progress_bar(starts, desc="replay scoring", unit="batch", enabled=rank == 0):
         batch = shard[start : start + batch_size]
-        scores = score([s.prompt for s in batch], [s.action for s in batch])
+        scores = score([prompt_of(s) for s in batch], [s.action for s in batch])
         if len(scores) != len(batch):
             raise ValueError(f"scorer returned {len(scores)} scores for a batch of {len(batch)}")
         local.extend(float(x) for x in scores)
     if world == 1:
         return local
     return _gather_interleaved(local, len(samples), world, fabric)
+
+
+def _recorded_prompt(sample: StepSample) -> str:
+    return sample.prompt
 
 
 def _world(fabric: Any) -> tuple[int, int]:
@@ -268,6 +282,7 @@ def filter_by_perplexity(
     fabric: Any = None,
     chat_template_tokenizer: Any = None,
     scores_path: str | os.PathLike | None = None,
+    fit_prompt: PromptFitter | None = None,
 ) -> list[StepSample]:
     """WebRL's experience filter: the replayed steps that join this phase's training data.
 
@@ -276,6 +291,12 @@ def filter_by_perplexity(
     the number of steps collected in the current phase (the cap is `cap_ratio` times that).
     Returns the kept samples, each with its `score`, in a seeded random order. With `scores_path`,
     rank 0 also writes every scored step's probability and the window there (the report's histogram).
+
+    `fit_prompt` gives the prompt each action is scored after; without it, the step's recorded
+    prompt. The window is meant to judge the sequence the actor will train on, so a run whose
+    prompts can exceed the token limit passes `webrl.data.collate.StepTokenizer.actor_prompt`:
+    a prompt that is too long then loses the end of its page, as in the actor's batches, where a
+    scorer given the whole prompt would cut it from the left and lose the instruction and history.
     """
     config = config or ReplayFilterConfig()
     successes = select_successes(
@@ -286,7 +307,7 @@ def filter_by_perplexity(
         for trajectory in successes
         for sample in trajectory_to_samples(trajectory, gamma=gamma, chat_template_tokenizer=chat_template_tokenizer)
     ]
-    scores = score_samples(samples, score, batch_size=batch_size, fabric=fabric)
+    scores = score_samples(samples, score, batch_size=batch_size, fabric=fabric, fit_prompt=fit_prompt)
     kept = []
     for sample, probability in zip(samples, scores, strict=True):
         sample.score = probability
