@@ -55,6 +55,28 @@ def test_stage1_with_orm_then_stage2_with_the_actor(tmp_path, tiny_model_dir, ma
     assert [s.score for s in replayed] == pytest.approx(direct.geo_mean_prob.tolist(), rel=1e-4)
 
 
+def test_stage2_with_max_length_scores_the_prompt_the_actor_trains_on(tmp_path, tiny_model_dir, make_trajectory):
+    from webrl.data.collate import StepTokenizer
+    from webrl.data.steps import trajectory_to_samples
+
+    current = tmp_path / "phase1.jsonl"
+    write_trajectories(current, [make_trajectory("c0", num_steps=1, outcome=0.0)])
+    long_page = make_trajectory("h0", num_steps=1, outcome=1.0, html_size=20_000)
+    write_trajectories(tmp_path / "phase0.jsonl", [long_page])
+    settings = [f"output={current}", f"actor={tiny_model_dir}", f"experience=[{tmp_path / 'phase0.jsonl'}]"]
+    window = ["filter.low=0.0", "filter.high=1.0", "batch_size=1"]
+    assert main(["stage=[2]", *settings, *window, "max_length=300"]) == 0
+    [replayed] = [s for s in read_samples(tmp_path / "phase1_filter.jsonl") if s.score is not None]
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    [sample] = trajectory_to_samples(long_page)
+    fitted = StepTokenizer(tokenizer, 300).actor_prompt(sample)
+    assert len(tokenizer(sample.prompt)["input_ids"]) > 300 and sample.prompt.startswith(fitted[:200])
+    expected = action_logprobs(model, tokenizer, [fitted], [sample.action]).geo_mean_prob.tolist()
+    assert replayed.score == pytest.approx(expected[0], rel=1e-4)
+    whole = action_logprobs(model, tokenizer, [sample.prompt], [sample.action], max_length=300)
+    assert replayed.score != pytest.approx(whole.geo_mean_prob.tolist()[0], rel=1e-4)  # not the left-cut prompt
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -85,6 +85,7 @@ def stage2(config: ProcessConfig, fabric: Any = None) -> None:
         )
     current = read_trajectories(output)
     experience = [t for path in config.experience for t in load_rollouts(path)]
+    from webrl.data.collate import StepTokenizer
     from webrl.modules.lm import actor_scorer, load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(config.actor)
@@ -101,6 +102,7 @@ def stage2(config: ProcessConfig, fabric: Any = None) -> None:
         batch_size=config.batch_size,
         fabric=fabric,
         chat_template_tokenizer=chat,
+        fit_prompt=StepTokenizer(tokenizer, config.max_length).actor_prompt if config.max_length else None,
     )
     if fabric is not None and fabric.global_rank != 0:
         return

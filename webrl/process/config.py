@@ -41,6 +41,10 @@ class ProcessConfig:
     """Discount of each step's mc_return (the run's actor.advantage.gamma, whose default this is)."""
     filter: ReplayFilterConfig = field(default_factory=ReplayFilterConfig)
     """Stage 2's experience filter (the run's replay.filter); its seed also shuffles the output."""
+    max_length: int = 0
+    """Stage 2: the token limit of the actor that will train on these steps (the run's model.max_length). Each
+    replayed action is then scored after the prompt that actor's batches hold, its page HTML cut to fit, rather
+    than after the whole prompt, which the scorer would cut from the left (instruction first). 0 = no limit."""
     batch_size: int = 8
     """Scoring batch size (the ORM in stage 1, the actor in stage 2)."""
     devices: int = 1
@@ -71,5 +75,7 @@ class ProcessConfig:
             )
         within("gamma", self.gamma, 0, 1)
         self.filter.validate("filter")
+        if self.max_length < 0:
+            raise ValueError(f"max_length must be >= 0 (0 = no limit), got {self.max_length}")
         if self.batch_size < 1 or self.devices < 1:
             raise ValueError(f"batch_size and devices must be >= 1, got {self.batch_size} and {self.devices}")
