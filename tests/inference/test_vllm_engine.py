@@ -9,6 +9,7 @@ the original weights back when it is done.
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -149,6 +150,29 @@ def test_reload_and_push_make_the_engine_decode_like_the_trained_model(
             assert _greedy_ids(engine, prompts) != expected, "training did not change the greedy output"
             sync()
             assert _greedy_ids(engine, prompts) == expected, f"{name} did not take effect"
+    finally:
+        engine.reload(tiny_model_dir)
+
+
+def test_with_workers_apart_the_weights_cross_as_a_picklable_list(
+    engine, tiny_model_dir, prompts, greedy_reference, reload_from_disk, monkeypatch
+) -> None:
+    """Under tensor parallelism vLLM starts worker processes even in process and pickles each RPC's arguments
+    into their queue; here the engine is told its workers are apart and its RPC pickles its arguments the same
+    way before the real call, so a generator of weights fails as it would on several GPUs."""
+    real_rpc = engine.llm.collective_rpc
+
+    def pickling_rpc(method, *args, kwargs=None, **options):
+        return real_rpc(method, *args, kwargs=pickle.loads(pickle.dumps(kwargs)), **options)
+
+    monkeypatch.setattr(engine, "workers_apart", True)
+    monkeypatch.setattr(engine.llm, "collective_rpc", pickling_rpc)
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    try:
+        _train_a_little(model, tokenizer, steps=3)
+        expected = [greedy_reference(model, tokenizer, p, 12)[0] for p in prompts]
+        reload_from_disk(engine, model, tokenizer)
+        assert _greedy_ids(engine, prompts) == expected
     finally:
         engine.reload(tiny_model_dir)
 

@@ -82,6 +82,9 @@ class VLLMEngine:
             raise FileNotFoundError(f"VLLMEngine model_path {self.model_path} has no config.json")
         self.on_cpu = current_platform.is_cpu()
         self.in_process = in_process
+        self.workers_apart = not in_process or tensor_parallel_size > 1
+        """Whether the model lives in worker processes (an engine-core process, or one per tensor-parallel rank,
+        which vLLM starts even in process): its RPC arguments are then pickled, so weights must be a list."""
         env: dict[str, str] = {}
         if in_process:
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -156,15 +159,16 @@ class VLLMEngine:
         `model_path`, when given, is the directory these weights were saved to: it becomes the
         engine's `model_path`, so the phase loop does not load that directory again.
 
-        In process the tensors stream through one by one, by reference; with worker processes they
-        are collected and vLLM serialises them over its RPC channel. Measured with vLLM 0.32: when
+        In process the tensors stream through one by one, by reference; with worker processes (out of
+        process, or tensor parallel: `workers_apart`) they are collected, in host memory, and vLLM
+        serialises them over its RPC channel, which cannot carry a generator. Measured with vLLM 0.32: when
         the model ties its input and output embeddings, an in-place reload that lacks
         `lm_head.weight` restores the LM head's OLD values over the new embedding, so the tied key
         is added here when it is missing.
         """
         weights: Iterable[tuple[str, torch.Tensor]] = _with_tied_head(named_tensors, self._ties_embeddings())
-        if not self.in_process:
-            weights = list(weights)  # a generator cannot cross to worker processes
+        if self.workers_apart:
+            weights = list(weights)
         with torch_threads(self.num_threads):
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
