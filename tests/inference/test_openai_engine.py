@@ -3,17 +3,25 @@
 The server is started once for the module (`openai_server.vllm_server`: a subprocess on 127.0.0.1, bounded
 wait, its log shown on failure) and stopped at the end. A chat template is passed on the command line, since
 the tiny tokenizer has none; it writes BOS itself, as chat templates do.
+
+What vLLM never does (send a broken reply, check an API key) is tested against `_StubServer`, a TEST DOUBLE of
+a misbehaving OpenAI-compatible server: a local HTTP server whose reply is chosen by the request's model name
+(`STUB_REPLIES`) and which records the Authorization header of every request.
 """
 
 from __future__ import annotations
 
+import json
+import threading
+import traceback
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from openai_server import free_port, vllm_server
 
-from webrl.inference.engine import SamplingParams
+from webrl.inference.engine import SamplingParams, build_engine
 from webrl.inference.hf import HFEngine
 from webrl.inference.openai import EngineRequestError, OpenAIEngine
 from webrl.modules.lm import load_model_and_tokenizer
@@ -111,3 +119,159 @@ def test_an_unreachable_server_is_an_error_naming_it() -> None:
 def test_bad_options_are_rejected() -> None:
     with pytest.raises(ValueError, match="mode must be one of"):
         OpenAIEngine("http://127.0.0.1:9/v1", model="m", mode="responses")
+
+
+KEY = "sk-test-not-a-real-key"
+
+
+def _chat_reply(content: str | None, finish: str) -> bytes:
+    choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}
+    return json.dumps(
+        {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+    ).encode()
+
+
+def _completion_reply(text: str | None, finish: str) -> bytes:
+    choice = {"index": 0, "text": text, "finish_reason": finish}
+    return json.dumps(
+        {"id": "c", "object": "text_completion", "created": 0, "model": "m", "choices": [choice]}
+    ).encode()
+
+
+JSON, HTML = "application/json", "text/html"
+STUB_REPLIES = {
+    "ok": (200, JSON, b""),  # a well-formed answer in the request's mode
+    "html": (200, HTML, b"<html><body>Please log in to the proxy</body></html>"),
+    "not-json": (200, JSON, b"{not json"),
+    "empty-object": (200, JSON, b"{}"),
+    "no-choices": (200, JSON, json.dumps({"id": "c", "object": "chat.completion", "choices": []}).encode()),
+    "null-content": (200, JSON, _chat_reply(None, "stop")),
+    "null-content-cut": (200, JSON, _chat_reply(None, "length")),
+    "null-text": (200, JSON, _completion_reply(None, "stop")),
+    "echo-401": (401, JSON, b""),  # an error body quoting the request's Authorization header
+    "echo-html": (200, HTML, b""),  # a non-JSON page quoting it
+}
+
+
+class _StubServer(BaseHTTPRequestHandler):
+    """Test double of a misbehaving OpenAI-compatible server (see the module docstring)."""
+
+    auth: list[str | None] = []
+
+    def do_GET(self) -> None:
+        self.auth.append(self.headers.get("Authorization"))
+        self._reply(200, JSON, json.dumps({"object": "list", "data": [{"id": "ok", "object": "model"}]}).encode())
+
+    def do_POST(self) -> None:
+        self.auth.append(self.headers.get("Authorization"))
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        status, content_type, data = STUB_REPLIES[body["model"]]
+        header = str(self.headers.get("Authorization"))
+        if body["model"] == "ok":
+            data = _chat_reply("fine", "stop") if "messages" in body else _completion_reply("fine", "stop")
+        elif body["model"] == "echo-401":
+            data = json.dumps({"error": {"message": f"Incorrect API key provided: {header}"}}).encode()
+        elif body["model"] == "echo-html":
+            data = f"<html>Denied for {header}</html>".encode()
+        self._reply(status, content_type, data)
+
+    def _reply(self, status: int, content_type: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture(scope="module")
+def stub_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _StubServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def _sent_auth(url: str, **options: object) -> set[str | None]:
+    """The Authorization headers of one engine's requests: listing models, then one answer."""
+    _StubServer.auth.clear()
+    engine = build_engine("openai", None, base_url=url, mode="chat", max_retries=0, timeout_s=5, **options)
+    try:
+        assert engine.generate(["hi"], SamplingParams(max_tokens=2))[0].text == "fine"
+    finally:
+        engine.close()
+    assert len(_StubServer.auth) == 2
+    return set(_StubServer.auth)
+
+
+def test_the_api_key_comes_from_the_environment_unless_one_is_passed(stub_url, monkeypatch) -> None:
+    # The curriculum generator is built like this, with no key: a hosted API needs OPENAI_API_KEY to reach it.
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    assert _sent_auth(stub_url) == {f"Bearer {KEY}"}
+    assert _sent_auth(stub_url, api_key="sk-passed") == {"Bearer sk-passed"}
+    monkeypatch.setenv("WEBRL_TEST_GENERATOR_KEY", "sk-named")
+    assert _sent_auth(stub_url, api_key_env="WEBRL_TEST_GENERATOR_KEY") == {"Bearer sk-named"}
+    monkeypatch.delenv("OPENAI_API_KEY")
+    assert _sent_auth(stub_url) == {"Bearer EMPTY"}
+
+
+def _request_error(url: str, model: str, mode: str) -> str:
+    """The message of the EngineRequestError one request to the stub raises."""
+    engine = OpenAIEngine(url, model=model, mode=mode, max_retries=0, timeout_s=5)
+    try:
+        with pytest.raises(EngineRequestError) as raised:
+            engine.generate(["hi"], SamplingParams(max_tokens=2))
+    finally:
+        engine.close()
+    message = str(raised.value)
+    assert message.startswith(f"{url} (model {model!r}): ")
+    return message
+
+
+@pytest.mark.parametrize("mode", ["completion", "chat"])
+@pytest.mark.parametrize(
+    ("model", "what"),
+    [
+        ("html", "the reply is not JSON but '<html><body>Please log in"),
+        ("not-json", "the reply is not valid JSON"),
+        ("empty-object", "the reply has no 'choices' list"),
+    ],
+)
+def test_a_reply_that_is_not_a_completion_is_an_error_naming_the_server(stub_url, monkeypatch, mode, model, what):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    message = _request_error(stub_url, model, mode)
+    assert what in message
+    assert KEY not in message
+
+
+def test_a_chat_reply_without_choices_is_an_error_naming_the_server(stub_url) -> None:
+    assert "asked for one chat answer, got 0 choices" in _request_error(stub_url, "no-choices", "chat")
+
+
+def test_a_choice_without_text_is_an_error_unless_the_answer_was_cut(stub_url) -> None:
+    assert "a choice has no text (None, finish_reason 'stop')" in _request_error(stub_url, "null-content", "chat")
+    assert "a choice has no text (None, finish_reason 'stop')" in _request_error(stub_url, "null-text", "completion")
+    # Cut at max_tokens before any text (a reasoning model's budget spent thinking): a truncated answer, not an error.
+    engine = OpenAIEngine(stub_url, model="null-content-cut", mode="chat", max_retries=0, timeout_s=5)
+    try:
+        completion = engine.generate(["hi"], SamplingParams(max_tokens=2))[0]
+    finally:
+        engine.close()
+    assert (completion.text, completion.finish_reason) == ("", "length")
+
+
+@pytest.mark.parametrize(("model", "what"), [("echo-401", "Incorrect API key provided"), ("echo-html", "Denied for")])
+def test_the_api_key_is_masked_where_a_server_echoes_it(stub_url, model, what) -> None:
+    engine = OpenAIEngine(stub_url, model=model, mode="chat", api_key=KEY, max_retries=0, timeout_s=5)
+    try:
+        with pytest.raises(EngineRequestError) as raised:
+            engine.generate(["hi"], SamplingParams(max_tokens=2))
+    finally:
+        engine.close()
+    shown = "".join(traceback.format_exception(raised.value))
+    assert what in str(raised.value) and "***" in str(raised.value)
+    assert KEY not in shown
+    assert KEY not in repr(engine)

@@ -8,7 +8,17 @@ sends completion requests. Two modes:
   prompt, sent concurrently. Use it for hosted chat models (task generation, judging).
 Timeouts and retries with backoff come from the `openai` client (connection errors, 408, 409,
 429 and 5xx are retried `max_retries` times); a request that still fails raises
-`EngineRequestError` naming the server and the model.
+`EngineRequestError` naming the server and the model. So does a reply that is not a completion
+(not JSON, an HTML page from a proxy, no `choices`, a choice without text): a broken server must not
+pass for an empty answer. The one exception is a choice with no text that the server says was cut by
+`max_tokens` (finish_reason "length", e.g. a reasoning model that spent the budget thinking): that is
+a truncated answer, returned as "" with finish_reason "length" like any other truncated answer.
+
+The API key is `api_key` when given, else the environment variable `api_key_env` (OPENAI_API_KEY by
+default, as for the judge), else "EMPTY", which local vLLM servers accept. Callers built from a run
+config pass no key, so a hosted model gets its key from the environment and no config holds it. This
+module never logs the key, leaves it out of `repr`, and masks it in error messages (and leaves out the
+client's error they would chain to) when a server echoes it back.
 
 Token ids are not part of the OpenAI API; vLLM returns them when asked (`return_token_ids=True`,
 a vLLM extension that other servers may reject). Without them `Completion.token_ids` is empty.
@@ -16,6 +26,8 @@ a vLLM extension that other servers may reject). Without them `Completion.token_
 
 from __future__ import annotations
 
+import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -41,6 +53,7 @@ class OpenAIEngine:
         *,
         mode: str = "completion",
         api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
         system_prompt: str | None = None,
         timeout_s: float = 120.0,
         max_retries: int = 3,
@@ -57,12 +70,17 @@ class OpenAIEngine:
         self.system_prompt = system_prompt
         self.prompts_per_request = prompts_per_request
         self.return_token_ids = return_token_ids
-        # A local server needs no key, but the client insists on one.
-        self.client = openai.OpenAI(
-            base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=max_retries
-        )
+        # A hosted API's key comes from the environment (see the module docstring); a local server needs
+        # none, but the client insists on one. `_secret` is what error messages mask.
+        key = api_key or os.environ.get(api_key_env) or "EMPTY"
+        self._secret = "" if key == "EMPTY" else key
+        self.model = model  # what errors name while the server's models are listed
+        self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout_s, max_retries=max_retries)
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="openai-engine")
         self.model = model or self._first_model()
+
+    def __repr__(self) -> str:
+        return f"OpenAIEngine(base_url={self.base_url!r}, model={self.model!r}, mode={self.mode!r})"
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         """Answer `prompts` in order. With per-prompt `params.seeds`, each prompt goes in a request of its own:
@@ -82,38 +100,44 @@ class OpenAIEngine:
         self.client.close()
 
     def _complete(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
-        response = self._call(
+        choices = self._call(
             self.client.completions.create,
             prompt=prompts,
             logprobs=1 if params.logprobs else None,
             **self._common(params),
         )
-        choices = sorted(response.choices, key=lambda choice: choice.index)
         if len(choices) != len(prompts):
-            raise EngineRequestError(f"{self.base_url}: sent {len(prompts)} prompts, got {len(choices)} choices")
+            raise self._error(f"sent {len(prompts)} prompts, got {len(choices)} choices")
+        indices = [getattr(choice, "index", None) for choice in choices]
+        if set(indices) != set(range(len(prompts))):
+            raise self._error(f"the choices' indices are {indices}, not 0 to {len(prompts) - 1}")
         completions = []
-        for choice in choices:
+        for choice in sorted(choices, key=lambda choice: choice.index):
             logprobs = None
             if params.logprobs and choice.logprobs is not None:
                 logprobs = [float(x) for x in choice.logprobs.token_logprobs]
-            completions.append(_completion(choice, choice.text, logprobs))
+            completions.append(_completion(choice, self._text(choice, getattr(choice, "text", None)), logprobs))
         return completions
 
     def _chat(self, prompt: str, params: SamplingParams) -> Completion:
         messages = [{"role": "user", "content": prompt}]
         if self.system_prompt:
             messages.insert(0, {"role": "system", "content": self.system_prompt})
-        response = self._call(
+        choices = self._call(
             self.client.chat.completions.create,
             messages=messages,
             logprobs=params.logprobs or None,
             **self._common(params),
         )
-        choice = response.choices[0]
+        if len(choices) != 1:
+            raise self._error(f"asked for one chat answer, got {len(choices)} choices")
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        text = self._text(choice, getattr(message, "content", None), getattr(message, "refusal", None))
         logprobs = None
         if params.logprobs and choice.logprobs is not None and choice.logprobs.content is not None:
             logprobs = [float(item.logprob) for item in choice.logprobs.content]
-        return _completion(choice, choice.message.content or "", logprobs)
+        return _completion(choice, text, logprobs)
 
     def _common(self, params: SamplingParams) -> dict[str, Any]:
         return {
@@ -126,20 +150,53 @@ class OpenAIEngine:
             "extra_body": {"return_token_ids": True} if self.return_token_ids else None,
         }
 
-    def _call(self, method: Any, **kwargs: Any) -> Any:
+    def _call(self, method: Any, **kwargs: Any) -> list[Any]:
+        """The reply's choices, checked to be a list: anything else the server sends is an EngineRequestError."""
         kwargs = {key: value for key, value in kwargs.items() if value is not None}
         try:
-            return method(**kwargs)
+            response = method(**kwargs)
         except openai.APIError as err:
-            raise EngineRequestError(f"{self.base_url} (model {self.model!r}): {err}") from err
+            raise self._error(str(err)) from self._cause(err)
+        except json.JSONDecodeError as err:
+            raise self._error(f"the reply is not valid JSON ({err})") from err
+        if isinstance(response, str):
+            # The client hands back the body as text when its content type is not JSON (a proxy's HTML page).
+            raise self._error(f"the reply is not JSON but {response[:200]!r}")
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list):
+            fields = sorted(
+                getattr(response, "model_fields_set", set()) | set(getattr(response, "model_extra", None) or {})
+            )
+            raise self._error(f"the reply has no 'choices' list (its fields: {fields})")
+        return choices
+
+    def _text(self, choice: Any, text: Any, refusal: Any = None) -> str:
+        """A choice's text; none is an error, unless the server cut the answer at max_tokens (module docstring)."""
+        finish = getattr(choice, "finish_reason", None)
+        if isinstance(text, str):
+            return text
+        if text is None and finish == "length":
+            return ""
+        why = f", refusal {str(refusal)[:200]!r}" if refusal else ""
+        raise self._error(f"a choice has no text ({text!r}, finish_reason {finish!r}{why})")
+
+    def _error(self, what: str) -> EngineRequestError:
+        """An error naming the server and model, with the API key masked wherever the server echoed it."""
+        where = self.base_url if self.model is None else f"{self.base_url} (model {self.model!r})"
+        message = f"{where}: {what}"
+        return EngineRequestError(message.replace(self._secret, "***") if self._secret else message)
+
+    def _cause(self, err: Exception) -> Exception | None:
+        """`err` to chain to our error, or None when its message holds the key: a traceback would print it."""
+        return None if self._secret and self._secret in str(err) else err
 
     def _first_model(self) -> str:
         try:
             models = self.client.models.list().data
         except openai.APIError as err:
-            raise EngineRequestError(f"{self.base_url}: cannot list models ({err})") from err
+            raise self._error(f"cannot list models ({err})") from self._cause(err)
         if not models:
-            raise EngineRequestError(f"{self.base_url}: the server lists no models; pass model=")
+            raise self._error("the server lists no models; pass model=")
         return models[0].id
 
 
