@@ -21,7 +21,7 @@ def success_by_site(trajectories: list[Trajectory], key: str = "eval_reward") ->
 
     Trajectories whose `key` is None (no evaluator, no label) are left out of the rates and counted
     in `unlabelled`, and those among them whose fuzzy_match reference had no judge to ask also in
-    `unjudged`; those the browser or the site failed (`Trajectory.infra_error`, after a retry)
+    `unjudged`; those the browser, the site or the engine failed (`Trajectory.infra_error`, after a retry)
     are left out too, whatever their label, and counted in `infra_errors`.
     """
     hits: dict[str, list[float]] = defaultdict(list)
@@ -60,7 +60,8 @@ def errored(trajectories: list[Trajectory]) -> float:
 
 
 def infra_errors(trajectories: list[Trajectory]) -> float:
-    """How many episodes the browser or the site failed twice (`Trajectory.infra_error`): kept out of the rates."""
+    """How many episodes the browser, the site or the engine failed twice (`Trajectory.infra_error`): kept out of
+    the rates."""
     return float(sum(trajectory.infra_error for trajectory in trajectories))
 
 

@@ -182,7 +182,8 @@ class Trajectory:
 
     `status` says how it ended: "exit" (the agent answered), "max_steps", "repeated_action",
     "parse_failures", "timeout", "site_done" (the site ended the episode itself, as MiniWoB++ does)
-    or "error" (the browser or the site failed, `infra_error`; or the task's evaluator could not run; see `error`).
+    or "error" (the browser, the site or the engine failed, `infra_error`; or the task's evaluator could not
+    run; see `error`).
     `eval_reward` comes from the task's programmatic evaluator, `orm_score`/`orm_reward` from the
     ORM; `outcome` is the reward training uses, chosen by the labelling stage.
     """
@@ -219,7 +220,7 @@ class Trajectory:
 
     @property
     def infra_error(self) -> bool:
-        """Whether it ended in "error" because the browser or the site failed, not the agent or the task.
+        """Whether it ended in "error" because the browser, the site or the engine failed, not the agent or the task.
 
         Such an episode says nothing about the policy: it is kept out of training labels and success rates.
         """

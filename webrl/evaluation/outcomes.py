@@ -18,7 +18,7 @@ from webrl.evaluation.breakdown import TaskOutcome
 def task_outcomes(trajectories: list[Trajectory]) -> list[TaskOutcome]:
     """Each trajectory's task and evaluator verdict (`is_success(eval_reward)`), as `webrl.metrics` counts it.
 
-    Trajectories without an evaluator reward, or that the browser or the site failed (`infra_error`), are
+    Trajectories without an evaluator reward, or that the browser, the site or the engine failed (`infra_error`), are
     left out, as they are from the success rates.
     """
     return [

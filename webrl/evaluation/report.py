@@ -32,7 +32,8 @@ def evaluation_statistics(
 
 @dataclass(frozen=True)
 class ErrorCounts:
-    """Episodes that ended in an error: all of them, and those the browser or the site failed (`infra_error`).
+    """Episodes that ended in an error: all of them, and those the browser, the site or the engine failed
+    (`infra_error`).
 
     The latter are left out of every rate, so a reader needs their count to see the rate's denominator
     shrink; the others (the task's evaluator failed) count as failures.
@@ -51,7 +52,7 @@ class ErrorCounts:
     def sentence(self) -> str:
         """One line for the markdown; says so when there were none, so that a missing line is never ambiguous."""
         return (
-            f"Errored episodes: {self.errored} ({self.infra} browser or site failures left out of every rate, "
+            f"Errored episodes: {self.errored} ({self.infra} browser, site or engine failures left out of every rate, "
             f"{self.errored - self.infra} counted as failures)."
         )
 

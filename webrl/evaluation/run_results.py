@@ -52,7 +52,7 @@ class RunResult:
     wall_source: str = ""
     """Where `wall_s` comes from: `launches` (timed by the comparison), `phases` (the run's phase times), or ''."""
     attempted: frozenset[str] = frozenset()
-    """Every task id evaluated, those a browser or site failure left out of `outcomes` included (empty: as
+    """Every task id evaluated, those a browser, site or engine failure left out of `outcomes` included (empty: as
     `outcomes`): methods must have attempted the same tasks, and pair on those both scored."""
 
     @property

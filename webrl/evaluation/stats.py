@@ -88,9 +88,10 @@ def mcnemar(outcomes_a: Mapping[str, bool], outcomes_b: Mapping[str, bool]) -> M
 
 
 def shared_mcnemar(outcomes_a: Mapping[str, bool], outcomes_b: Mapping[str, bool]) -> McNemarResult:
-    """`mcnemar` on the tasks both sides scored: a task one side lost to a browser or site failure (left out of its
-    outcomes) has nothing to pair with. Callers check first that both attempted the same tasks (`recipes.evaluate`
-    before it runs, the learning table on `RunResult.tasks`), so another split or sample is refused, not narrowed."""
+    """`mcnemar` on the tasks both sides scored: a task one side lost to a browser, site or engine failure (left out
+    of its outcomes) has nothing to pair with. Callers check first that both attempted the same tasks
+    (`recipes.evaluate` before it runs, the learning table on `RunResult.tasks`), so another split or sample is
+    refused, not narrowed."""
     shared = [task for task in outcomes_a if task in outcomes_b]
     return mcnemar({task: outcomes_a[task] for task in shared}, {task: outcomes_b[task] for task in shared})
 

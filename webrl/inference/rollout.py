@@ -11,15 +11,18 @@ Every step records the exact prompt, the raw response, and the response's token 
 log-probabilities when the engine returns them. Finished trajectories stream to the writer
 (`TrajectoryWriter`, one fsynced JSONL line each) as they end, so a crash loses only the episodes
 in flight. Nothing an episode does stops the run: a dead browser, a hung page (per-episode
-timeout), a prompt the engine rejects or an evaluator that cannot run (a WebArena `func:` helper)
-ends that episode with status "error" or "timeout" and the reason recorded. Only an engine that
-fails every prompt of 3 calls in a row stops the run (`EngineDownError`: it is down).
+timeout), an engine call that fails for the episode's prompt or an evaluator that cannot run (a
+WebArena `func:` helper) ends that episode with status "error" or "timeout" and the reason recorded.
+Only an engine that fails every prompt of 3 calls in a row stops the run (`EngineDownError`: it is down).
 
-An episode that ends in "error" because the browser or the site failed (`Trajectory.infra_error`)
-is not the agent's failure: its task is run once more, from the start, in a fresh context (a dead
-Chromium is relaunched by the pool). The second try's trajectory is the one kept, with `attempts`
-= 2 and the first error in its metadata; if it fails the same way too, it stays marked, and the
-labels and success rates leave it out (`rollout/infra_errors` counts it).
+An episode that ends in "error" because the browser, the site or the engine failed
+(`Trajectory.infra_error`) is not the agent's failure: its task is run once more, from the start, in
+a fresh context (a dead Chromium is relaunched by the pool). The second try's trajectory is the one
+kept, with `attempts` = 2 and the first error in its metadata; if it fails the same way too, it stays
+marked, and the labels and success rates leave it out (`rollout/infra_errors` counts it). The engine's
+failure is told from the agent's by where it is raised: only the engine call for the episode's prompt
+counts; a response that does not parse or an action that fails is a step of the agent's, recorded by
+the episode without raising.
 """
 
 from __future__ import annotations
@@ -55,6 +58,18 @@ MAX_FAILED_ENGINE_CALLS = 3
 
 class EngineDownError(RuntimeError):
     """The engine failed every prompt of several calls in a row: it is not usable."""
+
+
+class _EngineFailed(Exception):
+    """The engine call for one episode's prompt raised `cause`: the engine's failure, not the agent's.
+
+    It is raised only around that call, so that `_Rollout._run` can tell an engine outage (an infrastructure
+    error, retried and kept out of the labels) from any other exception while the episode runs.
+    """
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
 
 
 @dataclass
@@ -195,12 +210,14 @@ class _Rollout:
         self.step_latencies: list[float] = []
 
     async def episode(self, task: Task, key: str) -> Trajectory:
-        """Run `task` (`key` names the episode, see `request_seed`); once more in a fresh context if the browser
-        or the site failed it."""
+        """Run `task` (`key` names the episode, see `request_seed`); once more in a fresh context if the browser,
+        the site or the engine failed it."""
         trajectory = await self._attempt(task, (key, 0))
         if not trajectory.infra_error:
             return trajectory
-        log.warning("task %s: the browser or site failed (%s); retrying it once", task.task_id, trajectory.error)
+        log.warning(
+            "task %s: the browser, site or engine failed (%s); retrying it once", task.task_id, trajectory.error
+        )
         retried = await self._attempt(task, (key, 1))
         retried.metadata.update(attempts=2, first_error=trajectory.error)
         return retried
@@ -229,7 +246,8 @@ class _Rollout:
         return trajectory
 
     async def _run(self, episode: Episode, attempt: tuple[str, int]) -> None:
-        """Drive and score one episode; a hard limit ends one whose page or engine hung (the browser's failure)."""
+        """Drive and score one episode; a hard limit ends one whose page or engine hung, and an engine call that fails
+        ends it too: both are infrastructure errors, not the agent's."""
         limits = self.limits
         hard_limit = limits.episode_timeout_s + limits.reset_timeout_s + 2 * limits.action_timeout_s
         try:
@@ -239,6 +257,10 @@ class _Rollout:
             episode.trajectory.metadata["infra_error"] = True
         except EngineDownError:
             raise
+        except _EngineFailed as failed:
+            # Not the agent's doing: the retry and the labels treat it as the browser's failure.
+            self._end(episode, "error", f"the engine failed on this episode's prompt: {failed}")
+            episode.trajectory.metadata["infra_error"] = True
         except Exception as err:  # noqa: BLE001 - one episode's failure must not stop the others
             self._end(episode, "error", f"{type(err).__name__}: {err}")
         if episode.trajectory.status != "error":
@@ -259,7 +281,7 @@ class _Rollout:
                 prompt = self.prompt_builder(episode.task, episode.trajectory.steps, observation.html)
                 asked = time.perf_counter()
                 seed = request_seed(self.batcher.sampling.seed, *attempt, len(episode.trajectory.steps))
-                completion = await self.batcher.request(prompt, seed)
+                completion = await self._ask(prompt, seed)
                 answered = time.perf_counter()
                 with self.clock.browser():
                     if shot is not None:
@@ -281,6 +303,16 @@ class _Rollout:
             if self.pool.screenshots is not None:
                 self.pool.screenshots.finish(episode.trajectory)
             self.batcher.set_live(-1)
+
+    async def _ask(self, prompt: str, seed: int | None) -> Completion:
+        """The engine's completion of `prompt`; a failure of that call is raised as `_EngineFailed` (the engine's, not
+        the agent's), except `EngineDownError`, which stops the whole run."""
+        try:
+            return await self.batcher.request(prompt, seed)
+        except EngineDownError:
+            raise
+        except Exception as err:
+            raise _EngineFailed(err) from err
 
     def _shoot(self, episode: Episode) -> asyncio.Task | None:
         """A screenshot of the page just observed, if the pool records this task; none after exit (no new page).

@@ -118,7 +118,7 @@ def rollout_counts(trajectories: list[Trajectory]) -> dict[str, float]:
         "rollout/episodes": len(trajectories),
         "rollout/steps": sum(len(t.steps) for t in trajectories),
     }
-    # A browser or site failure that a retry did not cure says nothing about the agent: not in the rates.
+    # A browser, site or engine failure that a retry did not cure says nothing about the agent: not in the rates.
     counted = [t for t in trajectories if not t.infra_error]
     metrics["rollout/infra_errors"] = len(trajectories) - len(counted)
     metrics["rollout/retried"] = sum(t.metadata.get("attempts", 1) > 1 for t in trajectories)
