@@ -1,11 +1,19 @@
-"""HFEngine: batched, left-padded generation equals a hand-written greedy decoder; stops, seeds, limits."""
+"""HFEngine: batched, left-padded generation equals a hand-written greedy decoder; stops, seeds, limits.
+
+A greedy row's completion must not depend on the rest of its batch: not on the padding its
+neighbours leave it (pad is EOS for SmolLM2 and the SFT actors), nor on their lengths.
+"""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
+from transformers import AutoTokenizer
 
-from webrl.inference.engine import SamplingParams
+from webrl.inference.engine import Completion, SamplingParams
 from webrl.inference.hf import HFEngine
 
 
@@ -86,3 +94,101 @@ def test_decoding_threads_are_set_per_call_and_the_callers_setting_restored(tiny
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def pad_is_eos_dir(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with pad == EOS, as SmolLM2 and the SFT actors have: `generate` fills ended rows with EOS."""
+    path = tmp_path_factory.mktemp("pad_is_eos")
+    shutil.copytree(tiny_model_dir, path, dirs_exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _early_stop(texts: list[str], row: int) -> str:
+    """A printable two-character stop string found early in `texts[row]` and in no other text."""
+    text = texts[row]
+    for start in range(1, len(text) - 2):
+        stop = text[start : start + 2]
+        unique = not any(stop in other for i, other in enumerate(texts) if i != row)
+        if stop.isascii() and stop.isprintable() and text.find(stop) == start and unique:
+            return stop
+    pytest.fail(f"no stop string to pick from {text!r}")
+
+
+def _assert_same(batched: Completion, alone: Completion) -> None:
+    assert batched.token_ids == alone.token_ids
+    assert batched.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    assert (batched.text, batched.finish_reason) == (alone.text, alone.finish_reason)
+
+
+def test_a_row_ended_by_a_stop_string_gets_no_eos_from_its_batchs_padding(pad_is_eos_dir, prompts: list[str]) -> None:
+    engine = HFEngine(pad_is_eos_dir, batch_size=len(prompts))
+    eos = engine.tokenizer.eos_token_id
+    assert engine.tokenizer.pad_token_id == eos
+    free = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=12))
+    assert all(c.finish_reason == "length" for c in free), "the tiny model must not end by itself here"
+    params = SamplingParams(temperature=0, max_tokens=12, stop=[_early_stop([c.text for c in free], 1)], logprobs=True)
+    batched = engine.generate(prompts, params)
+    alone = engine.generate(prompts[1:2], params)[0]
+    assert alone.finish_reason == "stop"
+    assert len(alone.token_ids) < 12, "the stopped row must end while its batch still decodes"
+    # The row's tokens are what it generated, the same as alone: no EOS the model never emitted.
+    _assert_same(batched[1], alone)
+    assert eos not in batched[1].token_ids
+    assert batched[1].token_ids == free[1].token_ids[: len(alone.token_ids)]
+    for row in (0, 2):
+        assert batched[row].token_ids == free[row].token_ids
+
+
+def test_a_short_prompt_batched_with_one_near_the_limit_gets_its_full_max_tokens(
+    engine: HFEngine, tiny_model_dir, prompts: list[str]
+) -> None:
+    short, long = prompts[1], prompts[2]
+    room = 4
+    limit = len(engine.tokenizer(long).input_ids) + room
+    near_limit = HFEngine(tiny_model_dir, batch_size=2, max_model_len=limit)
+    positions: list[int] = []
+    near_limit.model.register_forward_pre_hook(
+        lambda _module, _args, kwargs: positions.append(int(kwargs["position_ids"].max())), with_kwargs=True
+    )
+    params = SamplingParams(temperature=0, max_tokens=12, logprobs=True)
+    alone_short, alone_long = (near_limit.generate([p], params)[0] for p in (short, long))
+    assert (len(alone_short.token_ids), alone_short.finish_reason) == (12, "length")
+    assert (len(alone_long.token_ids), alone_long.finish_reason) == (room, "length")
+    positions.clear()
+    batched_long, batched_short = near_limit.generate([long, short], params)
+    # Each prompt's budget is its own, as in vLLM: min(max_tokens, max_model_len - its length).
+    _assert_same(batched_short, alone_short)
+    _assert_same(batched_long, alone_long)
+    # And no row, even one that has ended, is run at a position the model was not limited to.
+    assert positions and max(positions) < limit
+
+
+def test_an_eos_the_model_emits_is_kept_while_a_stopped_neighbour_gets_none(
+    pad_is_eos_dir, prompts: list[str], greedy_reference
+) -> None:
+    engine = HFEngine(pad_is_eos_dir, batch_size=len(prompts))
+    eos = engine.tokenizer.eos_token_id
+    ids = engine.generate(prompts[1:2], SamplingParams(temperature=0, max_tokens=12))[0].token_ids
+    # Make the model itself emit EOS where its greedy choice first takes a new token at k >= 2:
+    # EOS's (tied) embedding row becomes that token's, slightly scaled up.
+    k = next(i for i, t in enumerate(ids) if i > 1 and t not in ids[:i])
+    with torch.no_grad():
+        weight = engine.model.get_output_embeddings().weight
+        weight[eos] = 1.02 * weight[ids[k]]
+    references = [greedy_reference(engine.model, engine.tokenizer, p, 12)[0] for p in prompts]
+    assert references[1][-1] == eos and len(references[1]) > 2, "the model must now emit EOS itself"
+    assert all(eos not in references[row] for row in (0, 2)), "the other rows must not"
+    texts = [engine.tokenizer.decode(r, skip_special_tokens=True) for r in references]
+    params = SamplingParams(temperature=0, max_tokens=12, stop=[_early_stop(texts, 2)], logprobs=True)
+    batched = engine.generate(prompts, params)
+    alone = [engine.generate([p], params)[0] for p in prompts]
+    for row in range(len(prompts)):
+        _assert_same(batched[row], alone[row])
+    assert batched[1].token_ids == references[1]
+    assert (batched[1].finish_reason, batched[1].text) == ("stop", texts[1])
+    assert batched[2].finish_reason == "stop" and eos not in batched[2].token_ids
+    assert len(batched[2].token_ids) < 12, "the stopped row must end while its batch still decodes"

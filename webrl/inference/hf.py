@@ -95,8 +95,7 @@ class HFEngine:
             call_seed = _call_seed(params, len(prompts))
             if call_seed is not None:
                 torch.manual_seed(call_seed)
-            for start in range(0, len(order), self.batch_size):
-                chunk = order[start : start + self.batch_size]
+            for chunk in self._chunks(order, [len(ids) for ids in encoded], params.max_tokens):
                 completions = self._generate_chunk(model, [encoded[i] for i in chunk], params)
                 for index, completion in zip(chunk, completions, strict=True):
                     results[index] = completion
@@ -105,25 +104,44 @@ class HFEngine:
     def close(self) -> None:
         self.model = None
 
+    def _chunks(self, order: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
+        """Split prompt indices sorted by length into batches of at most `batch_size` that fit `max_model_len`.
+
+        `generate` keeps running a row that has ended until its whole batch has, one position
+        further each step. A prompt too close to the limit for `max_tokens` more tokens, batched with
+        a shorter prompt that may decode longer, would run past `max_model_len`: out of a learned
+        position table, or into dynamic RoPE scaling, which rescales every row of the batch. Prompts
+        with room for `max_tokens` batch together as before; nearer the limit, only equal lengths do.
+        """
+        chunks: list[list[int]] = []
+        for index in order:
+            if chunks and len(chunks[-1]) < self.batch_size:
+                shortest = lengths[chunks[-1][0]]
+                if lengths[index] + min(max_tokens, self.max_model_len - shortest) <= self.max_model_len:
+                    chunks[-1].append(index)
+                    continue
+            chunks.append([index])
+        return chunks
+
     def _generate_chunk(
         self, model: PreTrainedModel, encoded: list[list[int]], params: SamplingParams
     ) -> list[Completion]:
         batch = self.tokenizer.pad({"input_ids": encoded}, padding=True, return_tensors="pt").to(self.device)
         width = batch["input_ids"].shape[1]
-        max_new = min(params.max_tokens, self.max_model_len - width)
+        # Each prompt's own room, as vLLM gives it: a short prompt is not cut by a long neighbour's.
+        budgets = [min(params.max_tokens, self.max_model_len - len(ids)) for ids in encoded]
+        ends = _RowEnds(self.tokenizer, params.stop, self.eos_ids, width, budgets)
         sampling = params.temperature > 0
         out = model.generate(
             **batch,
-            max_new_tokens=max_new,
+            max_new_tokens=max(budgets),
             do_sample=sampling,
             temperature=params.temperature if sampling else None,
             top_p=params.top_p if sampling else None,
             top_k=0 if sampling else None,
             eos_token_id=self.eos_ids or None,
             pad_token_id=self.tokenizer.pad_token_id,
-            stopping_criteria=StoppingCriteriaList([_StopStrings(self.tokenizer, params.stop, width)])
-            if params.stop
-            else None,
+            stopping_criteria=StoppingCriteriaList([ends]),
             return_dict_in_generate=True,
             output_logits=params.logprobs,
         )
@@ -132,21 +150,25 @@ class HFEngine:
         if params.logprobs:
             logits = torch.stack(out.logits, dim=1).float()  # (B, T, V)
             logprobs = torch.log_softmax(logits, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)  # (B, T)
-        return [
-            self._finish(generated[row].tolist(), None if logprobs is None else logprobs[row].tolist(), params)
-            for row in range(generated.shape[0])
-        ]
+        completions = []
+        for row in range(generated.shape[0]):
+            end = ends.ends[row] if ends.ends[row] is not None else generated.shape[1]
+            row_logprobs = None if logprobs is None else logprobs[row, :end].tolist()
+            completions.append(self._finish(generated[row, :end].tolist(), row_logprobs, ends.by_eos[row], params))
+        return completions
 
-    def _finish(self, ids: list[int], logprobs: list[float] | None, params: SamplingParams) -> Completion:
-        """Cut one row of `generate` output at EOS or the first stop string, vLLM-style."""
-        eos_at = next((i for i, t in enumerate(ids) if t in self.eos_ids), None)
-        if eos_at is not None:
-            text, _ = truncate_at_stop(self._decode(ids[:eos_at]), params.stop)
-            ids = ids[: eos_at + 1]
-            return Completion(text, ids, None if logprobs is None else logprobs[: len(ids)], "stop")
+    def _finish(self, ids: list[int], logprobs: list[float] | None, by_eos: bool, params: SamplingParams) -> Completion:
+        """Make one row's completion from the tokens it generated up to where it ended, vLLM-style.
+
+        `by_eos`: its last token is an EOS it emitted, kept in `token_ids` but not in `text`.
+        A row that ended otherwise is cut after the token that completed the first stop string in
+        its full text (the per-step check decodes a window only, so the text decides).
+        """
+        if by_eos:
+            text, _ = truncate_at_stop(self._decode(ids[:-1]), params.stop)
+            return Completion(text, ids, logprobs, "stop")
         text, stopped = truncate_at_stop(self._decode(ids), params.stop)
         if stopped:
-            # Keep the tokens up to the one that completed the stop string, as vLLM does.
             ids = ids[: self._tokens_until_stop(ids, params.stop)]
         finish = "stop" if stopped else "length"
         return Completion(text, ids, None if logprobs is None else logprobs[: len(ids)], finish)
@@ -175,26 +197,49 @@ class HFEngine:
         return self.model
 
 
-class _StopStrings(StoppingCriteria):
-    """Stop a row once its GENERATED text contains a stop string.
+class _RowEnds(StoppingCriteria):
+    """Stop each row where it ends, and record that step: EOS emitted, stop string matched, or budget reached.
 
-    transformers' own `stop_strings` also match text that starts in the prompt (a prompt ending in
-    "\n" plus a generated "\n" matches "\n\n"); vLLM looks at generated text only, and so do we.
-    Only the last few tokens are decoded each step: a stop string of n characters completed by the
-    newest token lies within its last n + 4 tokens (every token decodes to at least one character).
+    The output of `generate` cannot say this by itself: a row that has ended is filled with
+    `pad_token_id`, which is EOS for many models (SmolLM2, the SFT actors), so an EOS found there
+    may be filler the model never produced. `ends[row]` is the number of tokens the row generated
+    (None while it runs); `by_eos[row]` says whether the last of them is an EOS it emitted.
+
+    Stop strings match generated text only: transformers' own `stop_strings` also match text that
+    starts in the prompt (a prompt ending in "\n" plus a generated "\n" matches "\n\n"); vLLM looks at
+    generated text only, and so do we. Only the last few tokens are decoded each step: a stop string
+    of n characters completed by the newest token lies within its last n + 4 tokens (every token
+    decodes to at least one character).
     """
 
-    def __init__(self, tokenizer: Any, stop: list[str], prompt_width: int) -> None:
+    def __init__(
+        self, tokenizer: Any, stop: list[str], eos_ids: list[int], prompt_width: int, budgets: list[int]
+    ) -> None:
         self.tokenizer = tokenizer
         self.stop = stop
+        self.eos_ids = set(eos_ids)
         self.prompt_width = prompt_width
-        self.window = max(len(s) for s in stop) + 4
+        self.budgets = budgets
+        self.window = max((len(s) for s in stop), default=0) + 4
+        self.ends: list[int | None] = [None] * len(budgets)
+        self.by_eos = [False] * len(budgets)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        generated = input_ids[:, self.prompt_width :]  # (B, t)
-        tails = self.tokenizer.batch_decode(generated[:, -self.window :], skip_special_tokens=True)
-        done = [truncate_at_stop(tail, self.stop)[1] for tail in tails]
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+        step = input_ids.shape[1] - self.prompt_width
+        running = [row for row, end in enumerate(self.ends) if end is None]
+        newest = input_ids[:, -1].tolist()
+        stopped = dict.fromkeys(running, False)
+        if self.stop and running:
+            tails = self.tokenizer.batch_decode(
+                input_ids[running, self.prompt_width :][:, -self.window :], skip_special_tokens=True
+            )
+            stopped = {row: truncate_at_stop(tail, self.stop)[1] for row, tail in zip(running, tails, strict=True)}
+        for row in running:
+            by_eos = newest[row] in self.eos_ids
+            if by_eos or stopped[row] or step >= self.budgets[row]:
+                self.ends[row] = step
+                self.by_eos[row] = by_eos
+        return torch.tensor([end is not None for end in self.ends], dtype=torch.bool, device=input_ids.device)
 
 
 def _call_seed(params: SamplingParams, count: int) -> int | None:
