@@ -11,7 +11,8 @@ and kept. The ORM is cached under model.cache_dir and reused by `python -m recip
 judged on trajectories it never saw: the SFT actor's sampled rollouts on the held-out test split, where
 the programmatic evaluators give the true label (the paper's Table 3 measures its ORM the same way):
 accuracy (agreement), precision, recall, AUROC (from P(YES)) and the confusion matrix.
-Results go to `<output_dir>/orm_eval.json`.
+Results go to `<output_dir>/orm/orm_eval.json`: a folder of its own, since `output_dir` is by default the WebRL
+run's, whose `config.json` would otherwise be this recipe's (and refuse the run, or be refused by it).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from webrl.web_environment import WebEnvironment
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     config = recipe_config(argv, usage=__doc__)
-    out_dir = Path(config.output_dir)
+    out_dir = Path(config.output_dir) / "orm"
     keep_config(out_dir, config)  # orm_eval.jsonl resumes by task id: another actor must not reuse its rollouts
     fabric = launch_fabric(config)
     with WebEnvironment(config) as env:

@@ -1,7 +1,7 @@
 """End to end: `python -m recipes.orm` builds the ORM's data from every source, trains it and measures it.
 
 Real parts throughout (sites server, Chromium, tiny Llama, Fabric). The assertions read what a user
-would: `orm_eval.json` and the printed counts and figures.
+would: `orm/orm_eval.json` and the printed counts and figures.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ def test_orm_recipe_reports_its_data_per_source_and_its_agreement(tmp_path, mode
     run_dir = tmp_path / "run"
     result = run_recipe(recipe_command("recipes.orm", run_dir, model_cache))
     assert result.returncode == 0, result.stderr[-4000:]
-    report = json.loads((run_dir / "orm_eval.json").read_text())
+    report = json.loads((run_dir / "orm" / "orm_eval.json").read_text())
+    assert not (run_dir / "config.json").exists(), "the WebRL run's config.json is not the ORM recipe's"
     data = report["training_data"]
     assert set(data) == {"actor", "demonstrations", "solver_noise_0.3", "truncated", "wrong_answer"}
     assert data["actor"]["positives"] + data["actor"]["negatives"] + data["actor"]["unlabelled"] == 8
