@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON report here")
     known, overrides = parser.parse_known_args(argv)
     try:
-        config = load_config(WebRLConfig, overrides, default_file=DEFAULT_CONFIG)
+        # The plan reads neither the base model's weights nor the tasks: with --model, a config that requires them
+        # (the 8B one marks model.base and env.suite `???`) gets stand-ins, which the command line can still set.
+        stand_ins = ["model.base=tiny", "env.suite=embedded"] if known.model else []
+        config = load_config(WebRLConfig, [*stand_ins, *overrides], default_file=DEFAULT_CONFIG)
     except (ConfigError, ValueError) as err:
         raise SystemExit(f"config error: {err}") from None
     model = known.model or config.model.base

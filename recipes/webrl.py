@@ -84,11 +84,18 @@ def keep_config(run_dir: Path, config: WebRLConfig, *, dry_run: bool = False) ->
 
 
 def launch_fabric(config: WebRLConfig, loggers: list | None = None) -> Fabric:
-    """The run's Fabric, launched: with several devices this starts the other processes, which rerun the recipe."""
+    """The run's Fabric, launched: with several devices this starts the other processes, which rerun the recipe.
+
+    Lightning's refusal of a layout this machine cannot run (FSDP1 with `fabric.accelerator=auto` and no GPU)
+    is a config error, one line.
+    """
     from webrl.distributed import build_fabric
 
-    fabric = build_fabric(config.fabric, loggers=loggers)
-    fabric.launch()
+    try:
+        fabric = build_fabric(config.fabric, loggers=loggers)
+        fabric.launch()
+    except ValueError as err:
+        raise SystemExit(f"config error: fabric.*: {err}") from None
     return fabric
 
 
@@ -96,7 +103,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     argv = list(sys.argv[1:] if argv is None else argv)
     dry_run = "--dry-run" in argv
     config = recipe_config([item for item in argv if item != "--dry-run"], usage=__doc__)
-    changes = keep_config(Path(config.output_dir), config, dry_run=dry_run)
+    # Checked here, kept once Fabric has launched (`run`): a launch that fails leaves no config.json to refuse
+    # the corrected relaunch.
+    changes = keep_config(Path(config.output_dir), config, dry_run=True)
     if dry_run:
         print(describe_plan(config, changes))
         return []
@@ -122,6 +131,7 @@ def run(config: WebRLConfig) -> list[dict]:
     primary = launch_rank(config.fabric) == 0
     loggers = build_loggers(run_dir, config.tracking, config_to_dict(config), run_dir.name, primary=primary)
     fabric = launch_fabric(config, loggers)
+    keep_config(run_dir, config)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)
         has_engine = config.engines.engine_index(fabric.global_rank, config.fabric) is not None

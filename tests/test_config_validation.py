@@ -95,11 +95,41 @@ def test_lora_keys_are_off_by_default_and_load_from_overrides():
     assert config.critic.lora.active() is None
 
 
+REQUIRED = {"webrl_llama8b_webarena.yaml": ["model.base", "env.suite"]}
+"""The keys a shipped file marks `???`: the user's model and tasks, which no earlier file may quietly provide."""
+
+
 @pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.yaml")), ids=lambda path: path.name)
 def test_every_shipped_config_file_passes(path):
     from recipes.filtered_bc_config import FilteredBCRunConfig
 
-    recipe_config(["--config", str(path)], FilteredBCRunConfig)
+    required = REQUIRED.get(path.name, [])
+    if required:
+        with pytest.raises(SystemExit, match=f"^config error: no value for {', '.join(required)}: "):
+            recipe_config(["--config", str(path)], FilteredBCRunConfig)
+    stand_ins = {"model.base": "tiny", "env.suite": "embedded"}
+    config = recipe_config(
+        ["--config", str(path), *(f"{key}={stand_ins[key]}" for key in required)], FilteredBCRunConfig
+    )
+    assert config.replay.max_scored_steps == (256 if path.name == "webrl_tiny.yaml" else config.replay.max_scored_steps)
+
+
+def test_the_paper_scale_config_keeps_none_of_the_tiny_defaults_it_must_not_inherit():
+    """webrl_tiny.yaml is read first: the 8B config must not train the tiny model or cap replay scoring for a CPU."""
+    config = recipe_config(["--config", "webrl_llama8b_webarena", "model.base=tiny", "env.suite=embedded"])
+    assert config.replay.max_scored_steps == 0 and config.env.train_tasks == 0 and config.rollout.engine == "vllm"
+
+
+def test_a_key_a_file_marks_missing_must_be_given(tmp_path, capsys):
+    """A file's `???` empties the key whatever an earlier file set; --help still shows the keys, an override fills it."""
+    needs = tmp_path / "needs.yaml"
+    needs.write_text("model:\n  base: ???\nphases: 2\n")
+    with pytest.raises(SystemExit, match="^config error: no value for model.base: a config file requires them"):
+        recipe_config(["--config", str(needs)])
+    assert recipe_config(["--config", str(needs), "model.base=smollm2"]).model.base == "smollm2"
+    with pytest.raises(SystemExit) as shown:
+        recipe_config(["--config", str(needs), "--help"])
+    assert shown.value.code == 0 and "model.base" in capsys.readouterr().out
 
 
 def test_lightning_accepts_every_precision_we_allow():

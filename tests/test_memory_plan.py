@@ -142,7 +142,8 @@ def _bench():
     ids=["as-configured", "two-nodes", "vllm-awake", "no-checkpointing"],
 )
 def test_the_8b_config_fits_8_x_80_gb_with_its_documented_settings(overrides, fits):
-    config = load_config(WebRLConfig, ["--config", "webrl_llama8b_webarena", *overrides])
+    stand_ins = ["model.base=tiny", "env.suite=embedded"]  # as bench/memory_plan.py with --model
+    config = load_config(WebRLConfig, ["--config", "webrl_llama8b_webarena", *stand_ins, *overrides])
     plan = _bench().plan_for(config, "meta-llama/Llama-3.1-8B", 80.0)
     assert plan.ranks == 8 * config.fabric.num_nodes and plan.vllm_utilization == 0.85
     assert plan.report()["fits"] is fits

@@ -48,7 +48,8 @@ def load_config(
     wants_help = bool({"--help", "-h"} & set(argv))
     wants_yaml = "--print-config" in argv
     config_files, overrides = _split_argv([item for item in argv if item not in ("--help", "-h", "--print-config")])
-    merged = _merge_files(OmegaConf.structured(schema), (default_file, *config_files))
+    # --help shows the keys a file requires (`???`) with the value they would otherwise have, rather than stop.
+    merged = _merge_files(OmegaConf.structured(schema), (default_file, *config_files), required=not wants_help)
     from_environment = _apply_environment(merged, environment or {})
     for item in overrides:
         if "=" not in item:
@@ -59,6 +60,8 @@ def load_config(
         except OmegaConfBaseException as err:
             raise ConfigError(f"command-line override {item!r}: {_describe_error(err)}") from None
         from_environment.pop(key.strip(), None)
+    if missing := _required_keys(merged):
+        raise ConfigError(f"no value for {', '.join(missing)}: a config file requires them (???); give key=value")
     try:
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
@@ -119,10 +122,11 @@ def resolve_config_file(name: str | Path) -> Path:
     raise ConfigError(f"config file not found: {name} (neither a file nor a packaged config: {names})")
 
 
-def _merge_files(merged: DictConfig, paths: Sequence[str | Path | None]) -> DictConfig:
+def _merge_files(merged: DictConfig, paths: Sequence[str | Path | None], *, required: bool = True) -> DictConfig:
     """`merged` with each YAML file of `paths` merged over it, in order; bad files are one-line errors.
 
-    Each entry is a path or a packaged config's name (`resolve_config_file`).
+    Each entry is a path or a packaged config's name (`resolve_config_file`). With `required`, a key a file sets
+    to `???` has no value until a later file or an override gives one.
     """
     for path in paths:
         if path is None:
@@ -142,7 +146,23 @@ def _merge_files(merged: DictConfig, paths: Sequence[str | Path | None]) -> Dict
             merged = OmegaConf.merge(merged, loaded)
         except OmegaConfBaseException as err:
             raise ConfigError(f"{path}: {_describe_error(err)}") from None
+        for key in _required_keys(loaded) if required else ():
+            # A merge keeps the value under a `???`, so a key a file requires would quietly keep an earlier file's
+            # value (the tiny model under a paper-scale config); it is set missing again, to be given later.
+            OmegaConf.update(merged, key, "???", force_add=False)
     return merged
+
+
+def _required_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    """The dotted keys a YAML file sets to `???`: values its user must give (`to_object` then names each one)."""
+    keys = []
+    for key in node:
+        dotted = f"{prefix}{key}"
+        if OmegaConf.is_missing(node, key):
+            keys.append(dotted)
+        elif isinstance(node[key], DictConfig):
+            keys.extend(_required_keys(node[key], dotted + "."))
+    return keys
 
 
 def _apply_environment(merged: DictConfig, environment: Mapping[str, str]) -> dict[str, str]:

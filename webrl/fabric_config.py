@@ -66,3 +66,10 @@ class FabricConfig:
             self.strategy,
             "FSDP1 needs GPUs (fabric.accelerator=cuda); on CPU use fabric.strategy=model_parallel (FSDP2)",
         )
+        require(
+            not (self.precision in ("16-mixed", "16") and self.accelerator == "cpu"),
+            "fabric.precision",
+            self.precision,
+            "fp16 mixed precision needs a GPU (Lightning would run bf16-mixed instead, which config.json and the "
+            "cache keys would not say); on CPU use bf16-mixed, 32-true or auto",
+        )

@@ -83,3 +83,26 @@ def test_help_lists_every_key_of_each_recipe_with_its_docstring(recipe, listed, 
     for line in listed:
         assert line.format(cwd=Path.cwd()) in text
     assert ("filtered_bc." in text) == (recipe is filtered_bc)
+
+
+def test_a_launch_lightning_refuses_is_one_line_and_keeps_no_config(tmp_path, monkeypatch):
+    """FSDP1 with accelerator auto passes the config check (no GPU is asked for by name) and Lightning refuses it on
+    a machine without one: the corrected relaunch must then not be refused as a change of settings."""
+    if __import__("torch").cuda.is_available():
+        pytest.skip("Lightning runs FSDP1 where there is a GPU")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit) as refused:
+        webrl.main([f"output_dir={run_dir}", "fabric.strategy=fsdp", "fabric.accelerator=auto"])
+    message = str(refused.value.code)
+    assert message.startswith("config error: fabric.*: ") and "FSDP" in message and "\n" not in message
+    assert not (run_dir / "config.json").exists()
+    assert webrl.main([f"output_dir={run_dir}", "--dry-run"]) == []
+
+
+def test_fp16_mixed_precision_on_cpu_is_refused_naming_the_key():
+    with pytest.raises(
+        SystemExit, match="^config error: fabric.precision='16-mixed': fp16 mixed precision needs a GPU"
+    ):
+        recipe_config(["fabric.precision=16-mixed"])
+    assert recipe_config(["fabric.precision=16-mixed", "fabric.accelerator=cuda"]).fabric.precision == "16-mixed"
