@@ -37,7 +37,7 @@ from typing import Any
 
 from lightning.fabric import Fabric
 
-from webrl.curriculum.phase import generator_engine, propose_phase_tasks
+from webrl.curriculum.phase import generator_engine, propose_phase_tasks, start_page_prompt
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
 from webrl.data.replay import ReplayBuffer, select_successes
@@ -152,6 +152,9 @@ class PhaseLoop:
                 tasks = self.env.suite(config.env.train_split, config.env.train_tasks, config.seed)
             else:
                 trained = self.critic_path(phase - 1)
+                # The critic judges a task by the prompt its first step would get, built as the rollouts it was
+                # trained on built theirs: by the rollout engine's builder (the chat form for a chat-template actor).
+                rollout_prompt = WebEnvironment.actor_prompt_builder(self.engine)
                 tasks, metrics = propose_phase_tasks(
                     config.curriculum,
                     phase,
@@ -161,6 +164,7 @@ class PhaseLoop:
                     reinstantiate=self.env.reinstantiate,
                     start_observation=self.env.start_observation,
                     critic=partial(critic_scorer, config, self.sft_dir, trained) if trained else None,
+                    critic_prompt=start_page_prompt(rollout_prompt),
                     seed=stage_seed(config.seed, phase, "curriculum"),
                     held_out=self.env.held_out_tasks() if config.curriculum.page_facts else (),
                     resolve=self.env.resolve,
@@ -189,7 +193,7 @@ class PhaseLoop:
 
     def _labels(self, phase: int) -> dict[str, float]:
         rollouts = self.layout.rollouts(phase, self._rollout_ids(phase))
-        # A browser or site failure (after its retry) is no evidence about the policy: no label, no training.
+        # A browser, site or engine failure (after its retry) is no evidence about the policy: no label, no training.
         trajectories = [trajectory for trajectory in rollouts if not trajectory.infra_error]
         if self.fabric.is_global_zero:
             if self.config.reward.orm_labels:

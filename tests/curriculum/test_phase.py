@@ -4,6 +4,7 @@ whole phase (proposed and topped-up tasks, on the embedded sites' real templates
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 from collections import Counter
 
@@ -11,8 +12,11 @@ import pytest
 from sample_records import URL_MAP
 
 from webrl.curriculum.config import CurriculumConfig
+from webrl.curriculum.filters import normalise_intent
 from webrl.curriculum.phase import needs_generator, propose_phase_tasks, top_up, with_stored_tasks
+from webrl.curriculum.state import CurriculumState
 from webrl.data.atomic_io import write_json_atomic
+from webrl.data.prompts import build_actor_prompt
 from webrl.data.trajectory import Task, Trajectory, sampled_copies, sampled_origin, write_trajectories
 from webrl.env.sites import load_suite, reinstantiate
 from webrl.run_layout import RunLayout
@@ -162,3 +166,138 @@ def test_tasks_grown_from_trajectories_start_at_this_launchs_sites(tmp_path):
     assert all(t.start_url == products[0].start_url for t in pages), {t.start_url for t in pages}
     assert not [t.task_id for t in tasks if ":8/" in t.start_url]
     assert opened and all(":9/" in url for url in opened)
+
+
+def test_top_up_compares_intents_normalised():
+    """A pool task that differs from a used or proposed intent only in case, spacing or punctuation is taken already."""
+    pool = [task("Buy the red  MUG!"), task("buy the blue lamp."), task("Buy the green cup")]
+    tasks, _ = top_up([task("Buy the blue lamp")], wanted=3, pool=pool, used={"buy the red mug"}, seed=0)
+    assert [t.intent for t in tasks] == ["Buy the blue lamp", "Buy the green cup"]
+
+
+def _shop_task(task_id: str, intent: str) -> Task:
+    return Task(
+        task_id=task_id,
+        intent=intent,
+        sites=["shopping"],
+        start_url="http://shop.test/",
+        intent_template="Buy {x}",
+        intent_template_id=1,
+        instantiation_dict={"x": intent},
+    )
+
+
+def _phase_run(layout: RunLayout, phase: int, tasks: list[Task], outcomes: list[float]) -> None:
+    """Phase `phase`'s tasks.json and labelled rollouts, as the loop's stages leave them."""
+    write_json_atomic(layout.tasks_path(phase), [t.to_dict() for t in tasks])
+    trajectories = [Trajectory(task=t, outcome=o, status="exit") for t, o in zip(tasks, outcomes, strict=True)]
+    write_trajectories(layout.labelled_path(phase), trajectories)
+
+
+def test_a_topped_up_task_is_never_proposed_again(tmp_path):
+    """Phase 1 grows nothing and is topped up with training task P, which then succeeds (so it is no seed). Phase 2's
+    template draw offers P's intent again, in other case and punctuation: the dedupe must refuse it, though the
+    top-up chose P after phase 1's curriculum state was saved."""
+    failed, lamp, cup = (
+        _shop_task(*pair) for pair in (("a", "Buy the red mug"), ("p", "Buy the blue lamp"), ("c", "Buy the green cup"))
+    )
+
+    def reinstantiate(seed: Task, rng: random.Random, n: int) -> list[Task]:
+        return [_shop_task("re-1-9", "buy the BLUE lamp.")] if seed.task_id == "c" else []
+
+    layout = RunLayout(tmp_path)
+    _phase_run(layout, 0, [failed], [0.0])
+    config = CurriculumConfig(mode="template", tasks_per_phase=1, seed=0)
+    options = dict(
+        generator=lambda: None, pool=[failed, lamp], reinstantiate=reinstantiate, start_observation=None, critic=None
+    )
+    first, metrics = propose_phase_tasks(config, 1, layout, seed=0, resolve=list, **options)
+    assert [t.task_id for t in first] == ["p"] and metrics["curriculum/topped_up"] == 1.0
+    _phase_run(layout, 1, [lamp, cup], [1.0, 0.0])
+    second, metrics = propose_phase_tasks(config, 2, layout, seed=0, resolve=list, **options)
+    assert metrics["curriculum/seeds"] == 1.0 and metrics["curriculum/generated"] == 1.0
+    assert metrics["curriculum/rejected_duplicate"] == 1.0 and second == []
+    assert normalise_intent(lamp.intent) in CurriculumState.load(layout.phase_dir(2)).seen
+
+
+def _grown_once(tmp_path) -> tuple[RunLayout, dict]:
+    """A run whose phase 0 failed one task; its template gives one new task, and one training task is unused."""
+    failed, grown, unused = (
+        _shop_task(*pair) for pair in (("a", "Buy the red mug"), ("re-1-2", "Buy the blue lamp"), ("u", "Buy tea"))
+    )
+    layout = RunLayout(tmp_path)
+    _phase_run(layout, 0, [failed], [0.0])
+    options = dict(
+        generator=lambda: None,
+        pool=[failed, unused],
+        reinstantiate=lambda seed, rng, n: [grown],
+        start_observation=lambda t: "<p> the shop </p>",
+        seed=0,
+        resolve=list,
+    )
+    return layout, options
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_the_critic_scores_the_prompt_the_loop_passes(tmp_path, given):
+    """propose_phase_tasks hands `critic_prompt` through phase_tasks to the curriculum, whose critic scores its
+    output; without one the critic gets the completion-form first-step prompt, as before."""
+    layout, options = _grown_once(tmp_path)
+    scored: list[str] = []
+
+    def critic(prompts: list[str]) -> list[float]:
+        scored.extend(prompts)
+        return [0.5] * len(prompts)
+
+    prompt = (lambda t, html: f"chat form of {t.intent} on {html}") if given else None
+    config = CurriculumConfig(mode="template", tasks_per_phase=1, seed=0)
+    tasks, _ = propose_phase_tasks(config, 1, layout, critic=lambda: critic, critic_prompt=prompt, **options)
+    expected = "chat form of Buy the blue lamp on <p> the shop </p>"
+    assert scored == [expected if given else build_actor_prompt("Buy the blue lamp", [], "<p> the shop </p>")]
+    assert tasks[0].extra["curriculum"]["critic_value"] == 0.5
+
+
+def test_a_phase_short_of_its_size_is_logged_with_the_counts(tmp_path, caplog):
+    layout, options = _grown_once(tmp_path)
+    wanted = CurriculumConfig(mode="template", tasks_per_phase=5, seed=0)
+    with caplog.at_level(logging.WARNING, logger="webrl.curriculum.phase"):
+        tasks, _ = propose_phase_tasks(wanted, 1, layout, critic=None, **options)
+    assert len(tasks) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "curriculum phase 1 has 2 of the 5 tasks wanted (curriculum.tasks_per_phase): 1 failed seeds, "
+        "1 proposed tasks kept, 1 topped up from unused training tasks"
+    ]
+    assert caplog.records[0].levelno == logging.WARNING
+    caplog.clear()
+    layout, options = _grown_once(tmp_path / "full")
+    with caplog.at_level(logging.WARNING, logger="webrl.curriculum.phase"):
+        tasks, _ = propose_phase_tasks(
+            dataclasses.replace(wanted, tasks_per_phase=2), 1, layout, critic=None, **options
+        )
+    assert len(tasks) == 2 and not caplog.records, "a full phase logs nothing"
+
+
+def test_an_empty_phase_is_logged(tmp_path, caplog):
+    """Phase 0 had no failure and its tasks are the whole training pool: phase 1 has nothing to train on."""
+    layout = RunLayout(tmp_path)
+    only = _shop_task("a", "Buy the red mug")
+    _phase_run(layout, 0, [only], [1.0])
+    config = CurriculumConfig(mode="template", tasks_per_phase=48, seed=0)
+    with caplog.at_level(logging.WARNING, logger="webrl.curriculum.phase"):
+        tasks, _ = propose_phase_tasks(
+            config,
+            1,
+            layout,
+            generator=lambda: None,
+            pool=[only],
+            reinstantiate=lambda seed, rng, n: [],
+            start_observation=None,
+            critic=None,
+            seed=0,
+            resolve=list,
+        )
+    assert tasks == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "curriculum phase 1 has 0 of the 48 tasks wanted (curriculum.tasks_per_phase): 0 failed seeds, "
+        "0 proposed tasks kept, 0 topped up from unused training tasks"
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 
@@ -87,3 +88,30 @@ def test_other_train_splits_reinstantiate_as_before(splits):
     assert [t.to_dict() for t in reinstantiate_for("train", seed, random.Random(3), 5, URL_MAP)] == [
         t.to_dict() for t in reinstantiate(seed, random.Random(3), 5, URL_MAP)
     ]
+
+
+def test_a_task_of_another_suite_gets_no_embedded_values(splits):
+    """A WebArena task whose template id is an embedded one (107) must not come back as tasks of the embedded shop."""
+    webarena = Task(
+        task_id="wa-1",
+        intent="How many commits did kilian make on 3/5/2023?",
+        sites=["gitlab"],
+        start_url="http://gitlab.example:8023/",
+        intent_template="How many commits did {{user}} make on {{date}}?",
+        intent_template_id=107,
+        instantiation_dict={"user": "kilian", "date": "3/5/2023"},
+    )
+    with pytest.raises(ValueError, match=r"wa-1: its intent_template .* is not embedded template 107's"):
+        reinstantiate_for("train", webarena, random.Random(0), 2, URL_MAP)
+    with pytest.raises(KeyError, match="not an embedded-site template"):
+        reinstantiate_for("train", dataclasses.replace(webarena, intent_template_id=3), random.Random(0), 2, URL_MAP)
+
+
+def test_every_embedded_template_and_its_new_tasks_pass_the_template_check(splits):
+    """The check refuses nothing the embedded sites made: one task per template of each split, and the tasks the
+    curriculum grows from them (which later phases use as seeds in turn)."""
+    firsts = {task.intent_template_id: task for split in ("train", "test") for task in splits[split]}
+    for seed in firsts.values():
+        grown = reinstantiate_for("train", seed, random.Random(0), 1, URL_MAP)
+        for task in grown:
+            reinstantiate_for("train", task, random.Random(0), 1, URL_MAP)

@@ -108,7 +108,8 @@ def test_errored_episodes_are_counted_in_the_record_the_markdown_and_the_site_ta
     record, markdown = evaluation_statistics(episodes, SEEN, "ckpt on test (7 tasks)")
     assert record["errors"] == {"errored": 2, "infra_errors": 1}
     assert record["breakdown"]["overall"]["n"] == 5 and "6" not in record["outcomes"]  # 4 + the evaluator failure
-    assert "Errored episodes: 2 (1 browser, site or engine failures left out of every rate, 1 counted as failures)." in markdown
+    line = "Errored episodes: 2 (1 browser, site or engine failures left out of every rate, 1 counted as failures)."
+    assert line in markdown
     metrics = {**success_by_site(episodes, key="eval_reward"), "errors": errored(episodes)}
     table = format_site_table(metrics, "ckpt on test")
     assert table.splitlines()[-1] == "errored episodes: 2 (1 browser/site failures, not in the rates)"

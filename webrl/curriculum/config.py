@@ -115,7 +115,10 @@ class CurriculumConfig:
     max_task_chars: int = 300
     """Longest accepted task text, in characters."""
     seed: int = 0
-    """Base seed: each phase's random streams derive from (seed, phase) only, so a resumed run repeats them."""
+    """Seed of the curriculum's own draws, each phase's streams derived from (seed, phase) only so that a resumed run
+    repeats them: the failed seeds shown in each generator call, the generator's sampling seed, the new values of a
+    failed template, the order page facts are offered in, and the shuffle that picks the kept tasks. The run's `seed`
+    does not reach them; it seeds the top-up of a short phase from unused training tasks (WebRLConfig.seed)."""
 
     def __post_init__(self) -> None:
         self.value_window = tuple(self.value_window)

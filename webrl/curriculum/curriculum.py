@@ -52,6 +52,8 @@ Critic = Callable[[list[str]], Sequence[float]]
 """Batched critic: prompts -> P(success) each, e.g. `CriticModule.values` (a tensor is fine)."""
 Reinstantiate = Callable[[Task, random.Random, int], list[Task]]
 """`reinstantiate(task, rng, n)`: up to n new tasks of `task`'s template, each with its evaluator."""
+CriticPrompt = Callable[[Task, str], str]
+"""`critic_prompt(task, html)`: the critic's input for `task` on its start page showing `html`."""
 
 PARSE_REASONS = ("empty", "multiline", "too_short", "too_long", "garbage")
 _FILTER_OF_REASON = {
@@ -92,7 +94,10 @@ class Curriculum:
     site to its start page, where LLM-made tasks begin (default: the commonest start URL of the
     site's seeds). `start_observation(task)` returns the simplified HTML of the task's start page
     (the loop opens it in the browser); it is called once per start URL and cached. `critic_prompt
-    (task, html)` builds the critic's input, by default the round-0 actor prompt. `held_out` holds the facts
+    (task, html)` builds the critic's input; it must be the first-step prompt in the form the rollouts record,
+    which the critic is trained on (the loop passes `phase.start_page_prompt` of the rollouts' builder). The
+    default, the round-0 actor prompt in completion form, is that form only for actors without a chat
+    template. `held_out` holds the facts
     of the held-out tasks, which page-fact tasks must not ask; page facts also need `start_observation`, which
     opens each fact's page afresh to check it.
     """
@@ -108,7 +113,7 @@ class Curriculum:
         reinstantiate: Reinstantiate | None = None,
         start_urls: Mapping[str, str] | None = None,
         start_observation: Callable[[Task], str] | None = None,
-        critic_prompt: Callable[[Task, str], str] | None = None,
+        critic_prompt: CriticPrompt | None = None,
         state: CurriculumState | None = None,
         held_out: HeldOutFacts | None = None,
     ) -> None:

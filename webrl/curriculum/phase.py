@@ -7,6 +7,7 @@ pieces it needs (the run's layout, task lists, callables), not the loop or the r
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -14,12 +15,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from webrl.curriculum.config import CurriculumConfig, template_full
-from webrl.curriculum.curriculum import Critic, Curriculum, Reinstantiate
+from webrl.curriculum.curriculum import Critic, CriticPrompt, Curriculum, Reinstantiate
+from webrl.curriculum.filters import normalise_intent
 from webrl.curriculum.page_facts import HeldOutFacts
 from webrl.curriculum.state import STATE_FILE, CurriculumState
-from webrl.data.trajectory import Task, Trajectory, sampled_origin
+from webrl.data.trajectory import Step, Task, Trajectory, sampled_origin
 from webrl.inference.engine import InferenceEngine, build_engine
 from webrl.run_layout import RunLayout
+
+log = logging.getLogger(__name__)
 
 
 def needs_generator(config: CurriculumConfig) -> bool:
@@ -46,6 +50,8 @@ def top_up(
 
     A phase with no tasks could not train; topping up from the training split keeps the phase size
     at `wanted`. `used` holds the intents of earlier phases; the tasks' own intents are added here.
+    Intents are compared normalised (`normalise_intent`), as the curriculum's dedupe compares them, so
+    a pool task that differs from a used one only in case, spacing or end punctuation is not taken.
     With `max_per_template` > 0 no template may pass that many tasks in the phase: a drawn task of a
     full template is skipped and a replacement drawn, so a cap that never binds draws exactly the
     uncapped sample. Returns the tasks and the number skipped for the cap.
@@ -53,8 +59,8 @@ def top_up(
     missing = wanted - len(tasks)
     if missing <= 0:
         return tasks, 0
-    taken = used | {task.intent for task in tasks}
-    fresh = [task for task in pool if task.intent not in taken]
+    taken = {normalise_intent(intent) for intent in used} | {normalise_intent(task.intent) for task in tasks}
+    fresh = [task for task in pool if normalise_intent(task.intent) not in taken]
     rng = random.Random(seed)
     per_template = Counter(task.intent_template for task in tasks)
     added: list[Task] = []
@@ -118,12 +124,17 @@ def phase_tasks(
     start_observation: Callable[[Task], str] | None,
     critic: Critic | None,
     held_out: Sequence[Task] = (),
+    critic_prompt: CriticPrompt | None = None,
+    earlier_tasks: Sequence[Task] = (),
 ) -> tuple[list[Task], dict[str, float]]:
     """Phase `phase`'s proposed tasks and metrics; saves the curriculum state into `phase_dir`.
 
     The state comes from `previous_dir`; without one (the first curriculum phase) the seen set starts
-    from `first_tasks`, the training tasks of phase 0. `held_out` are the tasks whose facts page-fact
-    tasks must not ask (the evaluation's).
+    from `first_tasks`, the training tasks of phase 0. `earlier_tasks` (every earlier phase's tasks as
+    stored) are marked seen as well: the tasks a phase was topped up with are chosen after its state is
+    saved, so only the stored task lists keep them from being proposed again. `held_out` are the tasks
+    whose facts page-fact tasks must not ask (the evaluation's). `critic_prompt(task, html)` is the
+    critic's input for a task on its start page (`start_page_prompt`); None keeps `Curriculum`'s default.
     """
     state = CurriculumState.load(previous_dir) if (previous_dir / STATE_FILE).exists() else None
     curriculum = Curriculum(
@@ -132,11 +143,13 @@ def phase_tasks(
         generator_tokenizer=getattr(generator, "tokenizer", None),
         reinstantiate=reinstantiate,
         start_observation=start_observation,
+        critic_prompt=critic_prompt,
         state=state,
         held_out=HeldOutFacts(held_out),
     )
     if state is None:
         curriculum.register_tasks(first_tasks)
+    curriculum.register_tasks(earlier_tasks)
     result = curriculum.propose(phase, previous_labelled, critic=critic)
     curriculum.state.save(phase_dir)
     return result.tasks, result.metrics
@@ -155,16 +168,21 @@ def propose_phase_tasks(
     seed: int,
     held_out: Sequence[Task] = (),
     resolve: Callable[[list[Task]], list[Task]],
+    critic_prompt: CriticPrompt | None = None,
 ) -> tuple[list[Task], dict[str, float]]:
     """Phase `phase`'s tasks (phase 1 on) and metrics: proposed from phase `phase - 1`'s run, topped up from `pool`.
 
     `generator` and `critic` build the generator engine and the critic's scorer (None: no critic trained
     yet); the generator is built only when the curriculum's mode or judge needs one, loading a model
-    costs seconds to minutes. `pool` is the whole training split, `seed` the top-up's, `held_out` the
-    tasks page-fact tasks must not ask about. `resolve` points the stored phase tasks at this launch's sites
-    (`WebEnvironment.resolve`); the previous phase's trajectories get those task records (`with_stored_tasks`).
+    costs seconds to minutes. `critic_prompt` is what the critic scores a task by (`start_page_prompt` of
+    the rollouts' prompt builder, so the critic sees the prompt form it was trained on). `pool` is the
+    whole training split, `seed` the top-up's, `held_out` the tasks page-fact tasks must not ask about.
+    `resolve` points the stored phase tasks at this launch's sites (`WebEnvironment.resolve`); the previous
+    phase's trajectories get those task records (`with_stored_tasks`). Every earlier phase's tasks count as
+    seen, by the proposal and the top-up alike; a phase left short of `tasks_per_phase` is logged as a warning.
     """
     engine = generator() if needs_generator(config) else None
+    earlier = [task for index in range(phase) for task in layout.tasks(index)]
     tasks, metrics = phase_tasks(
         config,
         phase,
@@ -177,14 +195,54 @@ def propose_phase_tasks(
         start_observation=start_observation,
         critic=critic() if critic is not None else None,
         held_out=held_out,
+        critic_prompt=critic_prompt,
+        earlier_tasks=earlier,
     )
     proposed = len(tasks)
-    used = {task.intent for earlier in range(phase) for task in layout.tasks(earlier)}
+    used = {task.intent for task in earlier}
     tasks, skipped = top_up(
         tasks, wanted=config.tasks_per_phase, pool=pool, used=used, seed=seed, max_per_template=config.max_per_template
     )
-    return tasks, {
+    metrics = {
         **metrics,
         "curriculum/topped_up": float(len(tasks) - proposed),
         "curriculum/top_up_template_cap": float(skipped),
     }
+    _warn_if_short(phase, len(tasks), config.tasks_per_phase, metrics)
+    return tasks, metrics
+
+
+def _warn_if_short(phase: int, size: int, wanted: int, metrics: dict[str, float]) -> None:
+    """Log a warning when phase `phase` holds fewer than `wanted` tasks, with the counts that say why.
+
+    A short phase (few failures to grow from, candidates filtered away, the training pool used up) still
+    trains, on less than the run asked for, and an empty one trains on nothing: both must show in the log,
+    not only in the phase's metrics.
+    """
+    if size >= wanted:
+        return
+    log.warning(
+        "curriculum phase %d has %d of the %d tasks wanted (curriculum.tasks_per_phase): %d failed seeds, %d "
+        "proposed tasks kept, %d topped up from unused training tasks",
+        phase,
+        size,
+        wanted,
+        int(metrics.get("curriculum/seeds", 0)),
+        int(metrics.get("curriculum/kept", 0)),
+        int(metrics.get("curriculum/topped_up", 0)),
+    )
+
+
+def start_page_prompt(prompt_builder: Callable[[Task, Sequence[Step], str], str]) -> CriticPrompt:
+    """The critic's input for a task: the prompt `prompt_builder` gives the task's first step on its start page.
+
+    Pass the builder the phase's rollouts record their prompts with (`WebEnvironment.actor_prompt_builder` of
+    the rollout engine). The critic is trained on those recorded prompts and judges a task only in their
+    form: for an actor with a chat template (SmolLM2) that is the chat form, where the completion form of
+    `Curriculum`'s default gives values that say nothing about the task.
+    """
+
+    def prompt(task: Task, html: str) -> str:
+        return prompt_builder(task, [], html)
+
+    return prompt

@@ -18,6 +18,7 @@ from collections import defaultdict
 
 from webrl.data.trajectory import Task
 from webrl.env.sites.suite import load_suite, reinstantiate
+from webrl.env.sites.templates import template_of
 
 VALIDATION, TRAIN_FIT = "validation", "train_fit"
 CARVED_SPLITS = (VALIDATION, TRAIN_FIT)
@@ -63,7 +64,17 @@ def reinstantiate_for(train_split: str, task: Task, rng: random.Random, n: int, 
     The curriculum draws new values of a template from the site data; without this it could hand a
     validation task (same template, same values) to training and make validation optimistic. With
     any other split it is exactly `reinstantiate`, so existing runs draw the same tasks.
+
+    Only a task of an embedded template gets new values: one whose template text is not the embedded
+    template's of its `intent_template_id` (a WebArena task that shares an id) raises ValueError rather
+    than turning into a task of the embedded site, and an unknown id raises KeyError (`template_of`).
     """
+    embedded = template_of(task)
+    if task.intent_template != embedded.intent:
+        raise ValueError(
+            f"task {task.task_id}: its intent_template {task.intent_template!r} is not embedded template "
+            f"{embedded.template_id}'s ({embedded.intent!r}); only tasks of the embedded sites get new values"
+        )
     if train_split != TRAIN_FIT:
         return reinstantiate(task, rng, n, url_map)
     held = {
