@@ -1,13 +1,13 @@
 """Branch a run directory at a stage boundary, to change a setting from there on without redoing what came before.
 
     python -m recipes.branch runs/webrl_tiny runs/lr_3e-4 --phase 1 --after critic
-    python -m recipes.webrl --config runs/lr_3e-4/config.json output_dir=runs/lr_3e-4 \\
-        actor.train.lr=3e-4 resume.allow_changes=[actor.train.lr]
+    python -m recipes.webrl --config runs/lr_3e-4/config.json actor.train.lr=3e-4 resume.allow_changes=[actor.train.lr]
 
 The new directory holds copies of what phase 1's stages up to the critic wrote (and every earlier
-phase), marked done; the relaunch runs phase 1's actor, sync and evaluation with the new value, then
-the later phases, and records the change in config_changes.json from phase 1. `branched_from.json`
-names the source run and the branch point; the branch logs to its own W&B run (`webrl/run_branch.py`).
+phase), marked done, and a config.json whose output_dir is the new directory; the relaunch runs phase
+1's actor, sync and evaluation with the new value, then the later phases, and records the change in
+config_changes.json from phase 1's actor. `branched_from.json` names the source run and the branch
+point; the branch logs to its own W&B run (`webrl/run_branch.py`).
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ def main(argv: list[str] | None = None) -> Path:
     print(
         f"branched {branch.source.root} after phase {branch.phase}'s {branch.after} into {layout.root} "
         f"({len(branch.files())} stage files, replay phases {branch.replay_phases()}). Relaunch with "
-        f"`python -m recipes.webrl --config {layout.config_path} output_dir={layout.root} KEY=VALUE "
-        f"resume.allow_changes=[KEY]`"
+        f"`python -m recipes.webrl --config {layout.config_path} KEY=VALUE resume.allow_changes=[KEY]`"
     )
     return layout.root
 

@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, TypeVar
 from webrl.config import ConfigError, config_to_dict, load_config
 from webrl.loop_config import WebRLConfig
 from webrl.run_config import check_run_config, keep_run_config
+from webrl.run_layout import RunLayout
 from webrl.run_plan import describe_plan
+from webrl.run_state import RunState
 from webrl.tracking import WANDB_ENVIRONMENT, setup_logging
 
 if TYPE_CHECKING:
@@ -69,7 +71,9 @@ def keep_config(run_dir: Path, config: WebRLConfig, *, dry_run: bool = False) ->
     """The run directory's config.json on a first launch; on a relaunch, one line and exit if settings changed.
 
     A dry run checks without writing, and so does every rank but rank 0: on several nodes they all start
-    at once on the shared directory. Returns `check_run_config`'s answer (None for a new directory).
+    at once on the shared directory. Returns `check_run_config`'s answer (None for a new directory). A run file
+    that does not read (config.json, config_changes.json or run_state.json, edited by hand) is one line naming
+    it, here, before any stage starts; run_state.json is read here for that alone.
     """
     if dry_run:
         keep = check_run_config
@@ -78,7 +82,9 @@ def keep_config(run_dir: Path, config: WebRLConfig, *, dry_run: bool = False) ->
 
         keep = check_run_config if launch_rank(config.fabric) != 0 else keep_run_config
     try:
-        return keep(run_dir, config, config.resume.allow_changes)
+        changes = keep(run_dir, config, config.resume.allow_changes)
+        RunState.load(RunLayout(run_dir).state_path)
+        return changes
     except ConfigError as err:
         raise SystemExit(f"config error: {err}") from None
 

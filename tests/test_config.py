@@ -123,7 +123,9 @@ def test_describe_lists_nested_keys_with_docs():
     ("overrides", "named"),
     [
         (["reward.source=orm", "reward.orm_labels=false"], "reward.orm_labels"),
-        (["actor.loss.objective=ppo"], "actor_loss.objective"),
+        (["actor.loss.objective=ppo"], "actor.loss.objective"),
+        (["actor.loss.beta=0"], "actor.loss.beta"),
+        (["actor.advantage.form=ppo"], "actor.advantage.form"),
     ],
 )
 def test_webrl_config_cross_checks_name_the_key(overrides, named):

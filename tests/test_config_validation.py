@@ -10,6 +10,9 @@ BAD_VALUES = [
     ("env.test_tasks=-1", "env.test_tasks=-1", ">= 0"),
     ("env.train_tasks=-3", "env.train_tasks=-3", ">= 0"),
     ("env.html_chars=0", "env.html_chars=0", ">= 1"),
+    ("env.max_repeated_actions=0", "env.max_repeated_actions=0", ">= 1"),
+    ("env.max_parse_failures=0", "env.max_parse_failures=0", ">= 1"),
+    ("env.episode_timeout_s=0", "env.episode_timeout_s=0.0", "> 0"),
     ("env.observe_region=screen", "env.observe_region='screen'", "page, viewport, from_viewport"),
     ("env.test_split=tset", "env.test_split='tset'", "train, test, validation, train_fit"),
     ("rollout.top_p=7", "rollout.top_p=7.0", "(0, 1]"),
@@ -27,6 +30,12 @@ BAD_VALUES = [
     ("actor.advantage.gamma=1.5", "actor.advantage.gamma=1.5", "[0, 1]"),
     ("actor.loss.positive_confidence=2", "actor.loss.positive_confidence=2.0", "[0, 1]"),
     ("actor.loss.sft_weight=-1", "actor.loss.sft_weight=-1.0", ">= 0"),
+    ("actor.loss.objective=mse", "actor.loss.objective='mse'", "squared, smooth_l1, policy_gradient"),
+    ("actor.loss.logratio=max", "actor.loss.logratio='max'", "sum, mean"),
+    ("actor.loss.beta=0", "actor.loss.beta=0.0", "> 0"),
+    ("actor.loss.beta_confident=0", "actor.loss.beta_confident=0.0", "> 0"),
+    ("actor.advantage.form=foo", "actor.advantage.form='foo'", "paper, release"),
+    ("actor.advantage.lam=2", "actor.advantage.lam=2.0", "[0, 1]"),
     ("actor.lora.r=0", "actor.lora.r=0", ">= 1"),
     ("actor.lora.dropout=1", "actor.lora.dropout=1.0", "[0, 1)"),
     ("critic.lora.alpha=0", "critic.lora.alpha=0", "> 0"),
@@ -121,7 +130,8 @@ def test_the_paper_scale_config_keeps_none_of_the_tiny_defaults_it_must_not_inhe
 
 
 def test_a_key_a_file_marks_missing_must_be_given(tmp_path, capsys):
-    """A file's `???` empties the key whatever an earlier file set; --help still shows the keys, an override fills it."""
+    """A file's `???` empties the key whatever an earlier file set; --help still shows the keys, an override gives
+    it a value."""
     needs = tmp_path / "needs.yaml"
     needs.write_text("model:\n  base: ???\nphases: 2\n")
     with pytest.raises(SystemExit, match="^config error: no value for model.base: a config file requires them"):
@@ -153,3 +163,24 @@ def test_a_bad_value_stops_the_run_before_its_directory_exists(tmp_path, overrid
     with pytest.raises(SystemExit):
         webrl.main([f"output_dir={run_dir}", override])
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("mode", ["template", "mixed"])
+def test_template_tasks_are_refused_on_an_external_suite(tmp_path, mode):
+    """Template and mixed curricula draw new values from the embedded sites' templates, which a WebArena suite's tasks
+    are not: the run must stop at load time, not in phase 1 (or grow embedded-site tasks from WebArena failures)."""
+    suite = [f"env.suite={tmp_path}", "env.url_map={__SHOPPING__: 'http://shop:7770'}"]
+    with pytest.raises(SystemExit) as exit_info:
+        recipe_config([*suite, f"curriculum.mode={mode}"])
+    message = str(exit_info.value.code)
+    assert message.startswith(f"config error: curriculum.mode='{mode}': must be llm with env.suite='{tmp_path}'")
+    assert "\n" not in message
+    assert recipe_config([*suite, f"curriculum.mode={mode}", "curriculum_enabled=false"]).curriculum.mode == mode
+    assert recipe_config([*suite, "curriculum.mode=llm"]).env.suite == str(tmp_path)
+    assert recipe_config([f"curriculum.mode={mode}"]).env.suite == "embedded"
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "config.json").write_text("{}")  # a model directory, as the WebArena config wants one
+    webarena = recipe_config(
+        ["--config", str(CONFIG_DIR / "webrl_llama8b_webarena.yaml"), *suite, f"model.base={tmp_path / 'base'}"]
+    )
+    assert webarena.curriculum.mode == "llm", "the shipped WebArena config loads on an external suite"

@@ -127,7 +127,7 @@ def _phase_rows(layout: RunLayout) -> list[dict[str, str]]:
 
 
 def _stage_files(phase: int, stages: tuple[str, ...] | list[str]) -> set[str]:
-    """The files `_write_stage` writes for `stages` of `phase`, with their metrics (what a branch must copy)."""
+    """The files `_write_stage` and the loop write for `stages` of `phase`, with metrics (what a branch must copy)."""
     d = f"phase_{phase:03d}"
     by_stage = {
         "curriculum": {f"{d}/tasks.json"} | ({f"{d}/{STATE_FILE}"} if phase else set()),
@@ -140,7 +140,7 @@ def _stage_files(phase: int, stages: tuple[str, ...] | list[str]) -> set[str]:
         else set(),
         "sync": set(),
         "evaluate": {f"{d}/eval.rank0.jsonl", f"{d}/screenshots/p{phase}e/00.jpg"},
-        "checkpoint": set(),
+        "checkpoint": {f"{d}/tracked.json"},  # the real loop's: the phase's record went to the trackers
     }
     metrics = {f"{d}/metrics/{stage}.json" for stage in stages if stage != "checkpoint"}
     return set().union(*(by_stage[stage] for stage in stages)) | metrics
@@ -162,7 +162,7 @@ def test_a_branch_after_phase_one_critic_holds_exactly_what_the_run_had_then(sou
     assert settings["actor"]["train"]["lr"] == 0.0002
     first = json.loads(source.config_path.read_text())
     first["actor"]["train"]["lr"] = 0.0002
-    assert settings == first
+    assert settings == {**first, "output_dir": str(branched.root)}
     copied, original = branched.critic_path(1), source.critic_path(1)
     assert not copied.is_symlink() and copied.stat().st_ino != original.stat().st_ino, "copied, not linked"
 
@@ -216,15 +216,25 @@ def test_a_branch_after_the_last_checkpoint_copies_every_file_but_tracking_and_t
     assert _phase_rows(branched) == _phase_rows(source)
 
 
+def _stop_once_the_config_is_kept(monkeypatch) -> None:
+    """`webrl.main` stops with RuntimeError where the work would start: Fabric launched (not here) and config kept."""
+    keep = webrl.keep_config
+
+    def keep_then_stop(run_dir, config, *, dry_run=False):
+        changes = keep(run_dir, config, dry_run=dry_run)
+        if not dry_run:
+            raise RuntimeError("past the config check")
+        return changes
+
+    monkeypatch.setattr(webrl, "launch_fabric", lambda *args, **kwargs: None)
+    monkeypatch.setattr(webrl, "keep_config", keep_then_stop)
+
+
 def test_a_relaunched_branch_records_a_change_from_its_phase_and_runs_only_the_later_stages(
     source, tmp_path, monkeypatch, capsys
 ):
     branched = RunBranch(source.root, 1, "critic").write(tmp_path / "branch")
-
-    def started(*args, **kwargs):
-        raise RuntimeError("past the config check")
-
-    monkeypatch.setattr(webrl, "launch_fabric", started)
+    _stop_once_the_config_is_kept(monkeypatch)
     argv = [f"output_dir={branched.root}", f"phases={PHASES}", "tracking.wandb_mode=disabled", "actor.train.lr=0.0003"]
     # The branch goes on with the lr its source ran with at phase 1 (0.0002, a change accepted there).
     with pytest.raises(SystemExit, match=r"actor\.train\.lr 0\.0002 → 0\.0003"):
@@ -232,7 +242,7 @@ def test_a_relaunched_branch_records_a_change_from_its_phase_and_runs_only_the_l
     with pytest.raises(RuntimeError, match="past the config check"):
         webrl.main([*argv, "resume.allow_changes=[actor.train.lr]"])
     changes = json.loads(branched.config_changes_path.read_text())
-    assert changes[-1] == {"from_phase": 1, "changes": {"actor.train.lr": [0.0002, 0.0003]}}
+    assert changes[-1] == {"from_phase": 1, "from_stage": "actor", "changes": {"actor.train.lr": [0.0002, 0.0003]}}
     with pytest.raises(RuntimeError, match="past the config check"):  # its printed relaunch: --config config.json
         relaunch = ["--config", str(branched.config_path), f"output_dir={branched.root}", "actor.train.lr=0.0003"]
         webrl.main([*relaunch, "tracking.wandb_mode=disabled"])
@@ -242,11 +252,48 @@ def test_a_relaunched_branch_records_a_change_from_its_phase_and_runs_only_the_l
     assert f"branched from {source.root.resolve()} after phase 1's critic" in plan
     assert "phase 1: done curriculum, rollouts, labels, replay, critic; next actor" in plan
 
+    monkeypatch.undo()  # the loop below keeps its config through the real keep_config
     calls: list[tuple[int, str]] = []
     writing_loop(branched.root, calls, "actor.train.lr=0.0003").run()
     assert calls == [(1, "actor"), (1, "sync"), (1, "evaluate")] + [(2, stage) for stage in STAGES[:-1]]
     assert branched.critic_path(1).read_bytes() == source.critic_path(1).read_bytes()
     assert [row["phase"] for row in _phase_rows(branched)] == ["0", "1", "2"]
+
+
+def _in_phase_one(run_dir: Path, done: tuple[str, ...]) -> RunLayout:
+    """A run directory with its config and a run_state.json: phase 0 finished and `done` of phase 1 (no files)."""
+    webrl.keep_config(run_dir, webrl.recipe_config([f"output_dir={run_dir}", "tracking.wandb_mode=disabled"]))
+    layout = RunLayout(run_dir)
+    RunState(phase=1, done=list(done), history=[{"phase": 0}]).save(layout.state_path)
+    return layout
+
+
+def test_a_branch_leaves_out_a_change_its_source_accepted_after_the_stages_it_keeps(tmp_path):
+    source = _in_phase_one(tmp_path / "source", STAGES[: STAGES.index("sync") + 1])
+    argv = [f"output_dir={source.root}", "actor.train.lr=0.0003", "resume.allow_changes=[actor.train.lr]"]
+    webrl.keep_config(source.root, webrl.recipe_config(argv))
+    record = {"from_phase": 1, "from_stage": "evaluate", "changes": {"actor.train.lr": [0.0001, 0.0003]}}
+    assert json.loads(source.config_changes_path.read_text()) == [record]
+    RunState.load(source.state_path).mark(1, "evaluate", source.state_path)
+    # Phase 1's actor ran with 0.0001: only its evaluation, and what follows, ran with the change.
+    for after, lr, records in (("critic", 0.0001, None), ("sync", 0.0001, None), ("evaluate", 0.0003, [record])):
+        branched = RunBranch(source.root, 1, after).write(tmp_path / after)
+        assert json.loads(branched.config_path.read_text())["actor"]["train"]["lr"] == lr, after
+        kept = json.loads(branched.config_changes_path.read_text()) if branched.config_changes_path.exists() else None
+        assert kept == records, after
+
+
+def test_a_relaunch_from_the_branch_config_goes_on_in_the_branch_not_in_its_source(tmp_path, monkeypatch):
+    source = _in_phase_one(tmp_path / "source", STAGES[: STAGES.index("critic") + 1])
+    branched = RunBranch(source.root, 1, "critic").write(tmp_path / "branch")
+    assert json.loads(branched.config_path.read_text())["output_dir"] == str(branched.root)
+    _stop_once_the_config_is_kept(monkeypatch)
+    changed = ["actor.train.lr=0.0003", "resume.allow_changes=[actor.train.lr]", "tracking.wandb_mode=disabled"]
+    with pytest.raises(RuntimeError, match="past the config check"):  # no output_dir=: the printed relaunch
+        webrl.main(["--config", str(branched.config_path), *changed])
+    record = {"from_phase": 1, "from_stage": "actor", "changes": {"actor.train.lr": [0.0001, 0.0003]}}
+    assert json.loads(branched.config_changes_path.read_text()) == [record]
+    assert not source.config_changes_path.exists()
 
 
 def test_the_errors_name_what_is_wrong_and_write_nothing(source, tmp_path, capsys):

@@ -20,7 +20,7 @@ from webrl.config import load_config
 from webrl.data.atomic_io import write_text_atomic
 from webrl.data.prompts import trajectory_orm_prompt
 from webrl.data.trajectory import write_trajectories
-from webrl.loop_config import WebRLConfig
+from webrl.loop_config import EPISODE_LIMIT_KEYS, WebRLConfig
 from webrl.starting_models import (
     base_model_dir,
     cache_key,
@@ -46,6 +46,8 @@ EPISODE_NEUTRAL = (
     "env.screenshots.enabled=false",
 )
 """Settings that change no episode's content, so no cache of products made of episodes may change with them."""
+EPISODE_LIMITS = ("env.max_repeated_actions=3", "env.max_parse_failures=3", "env.episode_timeout_s=900")
+"""The episode limits other than env.max_steps: each changes episodes, so each moves every cache made of them."""
 TINY = ["model.tiny_hidden_size=64", "model.tiny_layers=1", "model.tiny_vocab_size=300"]
 
 
@@ -118,6 +120,7 @@ def test_the_orm_cache_changes_with_its_inputs_and_only_with_them(tmp_path):
     for changed in (
         "orm.train.lr=0.5",
         "env.max_steps=9",
+        *EPISODE_LIMITS,
         "env.html_chars=900",
         "rollout.temperature=0.3",
         "seed=1",
@@ -142,6 +145,7 @@ def test_the_orm_data_is_kept_across_training_settings_and_redrawn_when_its_sour
         "orm.data.solver_noise=[0.2]",
         "orm.data.actor_variants=1",
         "env.max_steps=9",
+        *EPISODE_LIMITS,
         "rollout.temperature=0.3",
     ):
         assert name(_config(tmp_path, changed)) != plain, changed
@@ -159,17 +163,23 @@ def test_orm_keys_without_actor_variants_hash_as_before_the_key_existed(tmp_path
 
 
 def test_the_episode_settings_of_a_default_env_key_as_the_whole_env_did(tmp_path):
-    """Neutral keys are held at their defaults, not left out: caches built before they were named keep their keys."""
+    """Neutral keys are held at their defaults, not left out: caches built before they were named keep their keys.
+
+    The limits of `EPISODE_LIMIT_KEYS` are left out at their defaults: the env before they were keys hashes the same.
+    """
     config = _config(tmp_path)
-    assert cache_key(config.env.episode_settings()) == cache_key(config.env)
-    assert cache_key(_config(tmp_path, *EPISODE_NEUTRAL).env.episode_settings()) == cache_key(config.env)
+    before = {key: value for key, value in dataclasses.asdict(config.env).items() if key not in EPISODE_LIMIT_KEYS}
+    assert len(before) == len(dataclasses.fields(config.env)) - 3
+    assert cache_key(config.env.episode_settings()) == cache_key(before)
+    assert cache_key(_config(tmp_path, *EPISODE_NEUTRAL).env.episode_settings()) == cache_key(before)
+    assert _config(tmp_path, "env.episode_timeout_s=900").env.episode_settings()["episode_timeout_s"] == 900
 
 
 def test_the_demonstrations_cache_follows_how_they_are_recorded(tmp_path):
     plain = demonstrations_path(_config(tmp_path), None)
     assert plain.parent == tmp_path / "cache" and plain.name.startswith("demos-") and plain.suffix == ".jsonl"
     changes = ("env.html_chars=999", "env.observe_region=page", "env.max_steps=9", "sft.demo_tasks=7", "seed=1")
-    for changed in (*changes, "env.train_split=train_fit"):
+    for changed in (*changes, *EPISODE_LIMITS, "env.train_split=train_fit"):
         assert demonstrations_path(_config(tmp_path, changed), None) != plain, changed
     for unrelated in ("sft.train.lr=0.5", "rollout.temperature=0.3", "env.test_split=validation"):
         assert demonstrations_path(_config(tmp_path, unrelated), None) == plain, unrelated

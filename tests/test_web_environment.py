@@ -17,6 +17,7 @@ from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.trajectory import Task, read_trajectories
 from webrl.env.limits import EpisodeLimits
 from webrl.env.splits import VALIDATION_SIZE
+from webrl.inference.rollout import RolloutResult
 from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import WebRLConfig
 from webrl.run_layout import RunLayout
@@ -86,6 +87,38 @@ def test_episode_settings_come_from_the_env_and_rollout_sections():
     assert env.browser_config(concurrency=2).max_concurrency == 2
     assert not env.browser_config().reuse_contexts
     assert _environment("env.reuse_contexts=true").browser_config().reuse_contexts
+
+
+def test_the_env_episode_limits_reach_the_rollouts_and_evaluations(monkeypatch, tmp_path):
+    """`env.max_repeated_actions`, `env.max_parse_failures` and `env.episode_timeout_s` are the limits that the rollout
+    driver gets, for training rollouts and evaluations alike; left out, they are the values once fixed in code."""
+    used: list[EpisodeLimits] = []
+
+    class NoBrowser:
+        def __init__(self, config: object) -> None:
+            pass
+
+        async def __aenter__(self) -> NoBrowser:
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            pass
+
+    async def record_limits(engine, tasks, backend, pool, **options) -> RolloutResult:
+        used.append(options["limits"])
+        return RolloutResult([])
+
+    monkeypatch.setattr("webrl.web_environment.BrowserPool", NoBrowser)
+    monkeypatch.setattr("webrl.web_environment.collect_rollouts", record_limits)
+    overrides = ["env.max_repeated_actions=3", "env.max_parse_failures=2", "env.episode_timeout_s=900"]
+    env = _environment("env.max_steps=7", *overrides)
+    task = Task(task_id="t", intent="Find the price", sites=["shopping"], start_url="")
+    for evaluation in (False, True):
+        out = tmp_path / f"episodes-{evaluation}.jsonl"
+        env.run_episodes(ScriptedEngine.exit_at_once(), [task], out, phase=1, evaluation=evaluation, seed=0)
+    wanted = EpisodeLimits(max_steps=7, max_repeated_actions=3, max_parse_failures=2, episode_timeout_s=900.0)
+    assert used == [wanted, wanted]
+    assert _environment("env.max_steps=7").limits() == EpisodeLimits(max_steps=7)
 
 
 def test_an_engine_without_a_chat_template_gets_the_completion_form():

@@ -2,14 +2,17 @@
 
 The config dataclasses' `validate` methods are written with these helpers so that every message
 reads the same way (`env.test_tasks=-1: must be >= 0 (0 = all)`), the form a user would type to
-fix it. They run when the config is loaded, before a run writes or starts anything.
+fix it. They run when the config is loaded, before a run writes or starts anything. `read_run_file` reads the
+settings and state a run directory keeps, with the same one-line errors.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 
@@ -73,3 +76,23 @@ def finite_numbers(config: Any, prefix: str = "") -> None:
         for item in items:
             if isinstance(item, float) and not math.isfinite(item):
                 raise invalid(key, value, "must be a finite number")
+
+
+def read_run_file(path: Path, expected: type[dict] | type[list]) -> Any:
+    """The JSON object (`expected=dict`) or array (`list`) a run directory keeps in `path`; else one-line ConfigError.
+
+    The run writes its config.json, config_changes.json and run_state.json atomically, so one that does not read is
+    a hand edit: the error names the file (and where its JSON breaks) for the user to fix, never a bare traceback.
+    """
+    fix = "fix or restore the file"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        where = f"line {err.lineno} column {err.colno}"
+        raise ConfigError(f"{path}: not valid JSON ({err.msg} at {where}); {fix}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); {fix}") from None
+    if not isinstance(value, expected):
+        wanted = "a JSON object" if expected is dict else "a JSON array"
+        raise ConfigError(f"{path}: must hold {wanted}, got {type(value).__name__}; {fix}")
+    return value

@@ -97,6 +97,10 @@ EPISODE_NEUTRAL_ENV_KEYS = ("strict_tasks", "chromium", "reuse_contexts", "judge
 names the build of the same browser (an empty value already finds a different one on each machine); reuse_contexts
 runs each episode in a context wiped to the state of a fresh one; judge_api_key_env names where the judge's key is
 read, not which judge answers; screenshots are pictures for the report, which neither the agent nor the ORM sees."""
+EPISODE_LIMIT_KEYS = ("max_repeated_actions", "max_parse_failures", "episode_timeout_s")
+"""`EnvConfig` episode limits that were fixed in code before they were settings. They shape episodes, so caches of
+episodes and evaluations' identities count them, but only away from their defaults (the values they had in code):
+every key made before they were settings stays the same."""
 
 
 @dataclass
@@ -119,6 +123,16 @@ class EnvConfig:
     """Held-out tasks evaluated after each phase (0 = all)."""
     max_steps: int = 8
     """Steps per episode before it is cut (WebRL uses 30)."""
+    max_repeated_actions: int = 5
+    """Identical consecutive actions (comments ignored) that end an episode as "repeated_action". 5 as in WebRL
+    (docs/method.md §4.4): an agent that repeats an action five times is stuck, and its steps left would repeat it."""
+    max_parse_failures: int = 5
+    """Consecutive unparsable responses that end an episode as "parse_failures". 5 as in WebRL (docs/method.md §4.4):
+    each failure is shown to the agent on its next turn, and five in a row is a policy that does not recover."""
+    episode_timeout_s: float = 300.0
+    """Wall-clock seconds from an episode's start after which its next step ends it as "timeout". 300 leaves 10 s a
+    step to WebRL's 30 steps and keeps one hung page or slow site from holding a rollout slot. A timeout is labelled
+    as the policy's outcome, so raise it where a loaded machine or high concurrency (WebArena) slows the steps."""
     html_chars: int = 1500
     """Character budget of a page observation."""
     observe_region: str = "from_viewport"
@@ -153,6 +167,9 @@ class EnvConfig:
         at_least("env.train_tasks", self.train_tasks, 0, "(0 = all)")
         at_least("env.test_tasks", self.test_tasks, 0, "(0 = all)")
         at_least("env.max_steps", self.max_steps, 1)
+        at_least("env.max_repeated_actions", self.max_repeated_actions, 1)
+        at_least("env.max_parse_failures", self.max_parse_failures, 1)
+        positive("env.episode_timeout_s", self.episode_timeout_s)
         at_least("env.html_chars", self.html_chars, 1)
         one_of("env.observe_region", self.observe_region, REGIONS)
         executable = Path(self.chromium).is_file() and os.access(self.chromium, os.X_OK)
@@ -168,11 +185,19 @@ class EnvConfig:
         """The fields as a dict, those of `EPISODE_NEUTRAL_ENV_KEYS` at their defaults: the key of a cache of episodes.
 
         The neutral fields are held at their defaults rather than left out so that naming one more of them moves no
-        cache key already built: a config that leaves it at its default (nearly all do) keeps its key.
+        cache key already built: a config that leaves it at its default (nearly all do) keeps its key. The limits of
+        `EPISODE_LIMIT_KEYS` are left out at their defaults, for the same reason.
         """
         default = EnvConfig()
         neutral = {key: getattr(default, key) for key in EPISODE_NEUTRAL_ENV_KEYS}
-        return dataclasses.asdict(dataclasses.replace(self, **neutral))
+        changed = self.changed_limits()
+        settings = dataclasses.asdict(dataclasses.replace(self, **neutral))
+        return {key: value for key, value in settings.items() if key not in EPISODE_LIMIT_KEYS or key in changed}
+
+    def changed_limits(self) -> dict[str, Any]:
+        """Those of `EPISODE_LIMIT_KEYS` that differ from their defaults: the ones the keys of caches count."""
+        default = EnvConfig()
+        return {key: getattr(self, key) for key in EPISODE_LIMIT_KEYS if getattr(self, key) != getattr(default, key)}
 
 
 @dataclass
@@ -353,9 +378,11 @@ class ActorConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def validate(self) -> None:
-        """The stage's settings, and the loss and advantage values their own classes leave unchecked."""
+        """The stage's settings, the loss's and advantage's own checks, and the values those leave unchecked."""
         self.train.validate("actor.train")
         self.lora.validate("actor.lora")
+        self.loss.validate("actor.loss")
+        self.advantage.validate("actor.advantage")
         within("actor.loss.positive_confidence", self.loss.positive_confidence, 0, 1)
         within("actor.loss.negative_confidence", self.loss.negative_confidence, 0, 1)
         at_least("actor.loss.sft_weight", self.loss.sft_weight, 0)
@@ -405,7 +432,13 @@ class WebRLConfig:
     """Run directory (phases, replay, checkpoints, metrics), relative to the current folder unless absolute;
     rerunning the same command resumes from it."""
     seed: int = 0
-    """Seed of every random choice (derived per phase and stage)."""
+    """Seed of the run's random choices: the starting models' (demonstration sample, tiny model's weights, SFT and ORM
+    data samples and order, the ORM threshold's calibration tasks), the samples of phase 0's training tasks
+    (env.train_tasks) and of the evaluation tasks (env.test_tasks), the evaluation's sampling, and, derived per phase
+    and stage (`run_state.stage_seed`): python/numpy/torch at the start of every stage, the rollouts' sampling, the
+    replay sample, the critic's and actor's batch order, and the top-up of a short curriculum phase from unused
+    training tasks. The curriculum's own draws (the failures shown to the generator, its sampling seed, new template
+    values, the page facts' order, the choice of kept tasks) come from `curriculum.seed` alone, not from this seed."""
     phases: int = 3
     """WebRL phases after phase 0 (the paper runs 8)."""
     curriculum_enabled: bool = True
@@ -436,6 +469,16 @@ class WebRLConfig:
             section.validate()
         self.resume.validate(flatten(dataclasses.asdict(self)))
         self.engines.validate_engine(self.rollout.engine)
+        template_tasks = self.curriculum.mode in ("template", "mixed")
+        if self.curriculum_enabled and template_tasks and self.env.suite != "embedded":
+            # `reinstantiate` knows only the embedded sites' templates: an external task would stop phase 1, or, when
+            # its template id matches an embedded one, silently become a task of the embedded site.
+            raise invalid(
+                "curriculum.mode",
+                self.curriculum.mode,
+                f"must be llm with env.suite={self.env.suite!r}: template and mixed modes draw new values from the "
+                "embedded sites' templates only (or turn the curriculum off: curriculum_enabled=false)",
+            )
         if self.rollout.max_tokens >= self.model.max_length:
             raise invalid(
                 "rollout.max_tokens",

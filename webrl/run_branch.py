@@ -4,10 +4,13 @@ An experiment that changes one setting from phase N's actor on (another learning
 weight) need not redo the curriculum, rollouts, labels and critic that come before it, the expensive
 part of a phase. A branch copies the files those stages wrote (through `RunLayout`, stage by stage,
 so nothing of a later stage comes along), the replay buffer's phases that existed at that point,
-`config.json`, the records of the phases already closed and the config changes accepted up to phase
-N, and marks the stages done in its own `run_state.json`. Relaunching `recipes.webrl` on it then runs
-the stages after the branch point only; a changed key goes through `resume.allow_changes`, which
-records it in `config_changes.json` from phase N, as in any run directory.
+`config.json`, the records of the phases already closed and of the config changes in force at the
+branch point (a change the source accepted later, even within phase N, ran none of the copied
+stages), and marks the stages done in its own `run_state.json`. Its `config.json` names the branch
+as `output_dir`, so that `--config` on it relaunches the branch, never the source. Relaunching
+`recipes.webrl` on it then runs the stages after the branch point only; a changed key goes through
+`resume.allow_changes`, which records it in `config_changes.json` from the next stage of phase N,
+as in any run directory.
 
 Everything is copied, never linked: the source may be resumed, pruned or deleted afterwards.
 `branched_from.json` names the source (absolute path), the phase, the stage, the time and the
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import shutil
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -32,7 +34,7 @@ from webrl.curriculum.state import STATE_FILE
 from webrl.data.atomic_io import publish_dir, write_json_atomic, write_text_atomic
 from webrl.data.replay import ReplayBuffer
 from webrl.data.trajectory import read_trajectories
-from webrl.run_config import effective_config
+from webrl.run_config import change_records, effective_config, in_force
 from webrl.run_layout import RunLayout
 from webrl.run_state import PHASE_STEPS, STAGES, RunState
 from webrl.tracking import write_phase_row
@@ -92,7 +94,9 @@ class RunBranch:
             files = [layout.advantages_path(phase), *layout.actor_dir(phase).rglob("*")]
         elif stage == "evaluate":
             files = [*layout.eval_paths(phase), *_screenshots(layout.eval_paths(phase))]
-        else:  # sync writes only its metrics, and the checkpoint writes the run-level records
+        elif stage == "checkpoint":  # the run-level records aside, it marks the phase's record sent to the trackers
+            files = [layout.tracked_path(phase)]
+        else:  # sync writes only its metrics
             files = []
         if stage != "checkpoint":
             files.append(layout.metrics_path(phase, stage))
@@ -116,8 +120,9 @@ class RunBranch:
         staging.mkdir(parents=True)
         out = RunLayout(staging)
         # The settings the source ran with at the branch point, so that the printed relaunch (--config this file)
-        # goes on with them; the records of the changes are copied too (`_write_records`).
-        write_json_atomic(out.config_path, effective_config(self.source.root, self.phase))
+        # goes on with them, in the branch; the records of the changes are copied too (`_write_records`).
+        settings = effective_config(self.source.root, (self.phase, self.after))
+        write_json_atomic(out.config_path, {**settings, "output_dir": str(target)})
         for relative in self.files():
             (staging / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(self.source.root / relative, staging / relative)
@@ -157,11 +162,9 @@ class RunBranch:
                 for row in csv.DictReader(handle):
                     if int(row["phase"]) < self.closed:
                         write_phase_row(out.phases_csv, {key: value for key, value in row.items() if value != ""})
-        if self.source.config_changes_path.is_file():
-            records = json.loads(self.source.config_changes_path.read_text(encoding="utf-8"))
-            kept = [record for record in records if record["from_phase"] <= self.phase]
-            if kept:
-                write_json_atomic(out.config_changes_path, kept)
+        kept = [record for record in change_records(self.source.root) if in_force(record, self.phase, self.after)]
+        if kept:
+            write_json_atomic(out.config_changes_path, kept)
 
     def _write_launch_logs(self, out: RunLayout) -> None:
         """Each launch's CSV log, cut to the steps the copied stages logged."""

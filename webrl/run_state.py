@@ -9,13 +9,13 @@ that was in flight, and never sees half-written outputs. Each phase's RNG seeds 
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from webrl.config_checks import ConfigError, read_run_file
 from webrl.data.atomic_io import write_json_atomic
 
 STAGES = ("curriculum", "rollouts", "labels", "replay", "critic", "actor", "sync", "evaluate", "checkpoint")
@@ -59,17 +59,21 @@ class RunState:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> RunState:
+        """The state in `path` (a fresh one where there is none); a file that does not hold one is a one-line
+        ConfigError naming it: the run writes it atomically, so only a hand edit leaves it unreadable."""
         path = Path(path)
         if not path.exists():
             return cls()
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: run state is not valid JSON ({err}); it is only written atomically") from err
-        unknown = [stage for stage in data.get("done", []) if stage not in STAGES]
+        data = read_run_file(path, dict)
+        phase, done, history = data.get("phase", 0), data.get("done", []), data.get("history", [])
+        if isinstance(phase, bool) or not isinstance(phase, int) or phase < 0:
+            raise ConfigError(f"{path}: phase must be a whole number >= 0, got {phase!r}; fix or restore the file")
+        if not isinstance(done, list) or not isinstance(history, list):
+            raise ConfigError(f"{path}: done and history must be JSON arrays; fix or restore the file")
+        unknown = [stage for stage in done if stage not in STAGES]
         if unknown:
-            raise ValueError(f"{path}: unknown stages {unknown} (known: {list(STAGES)})")
-        return cls(phase=int(data.get("phase", 0)), done=list(data.get("done", [])), history=data.get("history", []))
+            raise ConfigError(f"{path}: unknown stages {unknown} (known: {list(STAGES)}); fix or restore the file")
+        return cls(phase=phase, done=list(done), history=history)
 
     def save(self, path: str | os.PathLike) -> None:
         write_json_atomic(path, asdict(self))

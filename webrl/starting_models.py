@@ -134,13 +134,15 @@ def demonstrations_path(config: WebRLConfig, tokenizer: Any) -> Path:
     """The demonstrations' cache file, keyed by what their records depend on.
 
     Besides the suite and the sample, that is how the driver records them: the prompt form (the chat
-    template, if any), the observation budget and region and the step limit.
+    template, if any), the observation budget and region and the episode limits (the other limits than the step
+    limit only away from their defaults, so that the files made before they were settings keep their names).
     """
     recording = {
         "chat_template": tokenizer.chat_template if uses_chat_template(tokenizer) else None,
         "html_chars": config.env.html_chars,
         "observe_region": config.env.observe_region,
         "max_steps": config.env.max_steps,
+        **config.env.changed_limits(),
     }
     key = cache_key(suite_fingerprint(config), config.env.train_split, config.sft.demo_tasks, config.seed, recording)
     return Path(config.model.cache_dir) / f"demos-{key}.jsonl"

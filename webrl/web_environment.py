@@ -125,7 +125,14 @@ class WebEnvironment:
         )
 
     def limits(self) -> EpisodeLimits:
-        return EpisodeLimits(max_steps=self.config.env.max_steps)
+        """The limits of every episode this environment runs (rollouts, evaluations, demonstrations): the env's."""
+        env = self.config.env
+        return EpisodeLimits(
+            max_steps=env.max_steps,
+            max_repeated_actions=env.max_repeated_actions,
+            max_parse_failures=env.max_parse_failures,
+            episode_timeout_s=env.episode_timeout_s,
+        )
 
     def observation_config(self) -> ObservationConfig:
         return ObservationConfig(max_chars=self.config.env.html_chars, region=self.config.env.observe_region)

@@ -15,7 +15,7 @@ def _settings(*overrides: str) -> dict:
     return evaluation_settings(load_config(WebRLConfig, list(overrides)))
 
 
-def test_the_sites_the_judge_the_login_and_the_server_are_part_of_it(tmp_path):
+def test_the_sites_the_judge_the_login_the_server_and_the_episode_limits_are_part_of_it(tmp_path):
     plain = identity_tag(_settings())
     url_map = "env.url_map={__SHOPPING__: 'http://shop:7770'}"
     changed = [
@@ -23,6 +23,9 @@ def test_the_sites_the_judge_the_login_and_the_server_are_part_of_it(tmp_path):
         _settings("env.judge_url=http://judge:8000/v1", "env.judge_model=gpt-4o"),
         _settings(f"env.storage_state_dir={tmp_path}"),
         _settings("rollout.engine=openai", "rollout.openai_url=http://policy:8000/v1"),
+        _settings("env.max_repeated_actions=3"),
+        _settings("env.max_parse_failures=3"),
+        _settings("env.episode_timeout_s=900"),
     ]
     tags = {identity_tag(settings) for settings in changed}
     assert len(tags) == len(changed) and plain not in tags
@@ -32,6 +35,8 @@ def test_the_sites_the_judge_the_login_and_the_server_are_part_of_it(tmp_path):
 def test_an_embedded_runs_identity_is_unchanged_by_keys_at_their_defaults():
     settings = _settings()
     assert not {"url_map", "judge_url", "judge_model", "storage_state_dir", "openai_url"} & settings.keys()
+    assert not {"max_repeated_actions", "max_parse_failures", "episode_timeout_s"} & settings.keys()
+    assert _settings("env.max_parse_failures=2")["max_parse_failures"] == 2
 
 
 def test_a_task_in_two_ranks_files_counts_once(tmp_path):

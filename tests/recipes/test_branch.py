@@ -2,7 +2,7 @@
 
 `python -m recipes.branch` then `python -m recipes.webrl` on the branch with a changed `actor.train.lr`
 and `resume.allow_changes`: only phase 1's actor, sync, evaluation and checkpoint run, on the copied
-critic, and the change is recorded from phase 1. Real parts throughout (see test_webrl_recipe.py).
+critic, and the change is recorded from phase 1's actor. Real parts throughout (see test_webrl_recipe.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_a_branch_after_the_critic_reruns_only_the_actor_onwards(tmp_path, model
     assert branch.rollouts_path(1, 0).read_bytes() == source.rollouts_path(1, 0).read_bytes()
     assert (branch.actor_dir(1) / "config.json").is_file()
     changes = json.loads(branch.config_changes_path.read_text())
-    assert changes == [{"from_phase": 1, "changes": {"actor.train.lr": [0.0001, 0.0003]}}]
+    assert changes == [{"from_phase": 1, "from_stage": "actor", "changes": {"actor.train.lr": [0.0001, 0.0003]}}]
     state = json.loads(branch.state_path.read_text())
     assert (state["phase"], [record["phase"] for record in state["history"]]) == (2, [0, 1])
     assert branch.wandb_run_id_path.read_text() != source.wandb_run_id_path.read_text()

@@ -12,21 +12,27 @@ import pytest
 
 from recipes import webrl
 from webrl.config_checks import ConfigError
-from webrl.run_config import ABSENT, check_run_config, keep_run_config
+from webrl.run_config import ABSENT, check_run_config, effective_config, keep_run_config
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 class Started(Exception):
-    """Raised where the recipe would start its processes: the relaunch got past every check."""
+    """Raised where the recipe would start its work: the relaunch got past every check and kept its config."""
 
 
 @pytest.fixture
 def launch(monkeypatch, tmp_path):
-    def no_fabric(*args, **kwargs):
-        raise Started
+    keep = webrl.keep_config
 
-    monkeypatch.setattr(webrl, "launch_fabric", no_fabric)
+    def keep_then_stop(run_dir, config, *, dry_run=False):
+        changes = keep(run_dir, config, dry_run=dry_run)
+        if not dry_run:  # the config is kept once Fabric has launched, just before the work starts
+            raise Started
+        return changes
+
+    monkeypatch.setattr(webrl, "launch_fabric", lambda *args, **kwargs: None)
+    monkeypatch.setattr(webrl, "keep_config", keep_then_stop)
     run_dir = tmp_path / "run"
 
     def run(*overrides: str) -> None:
@@ -126,6 +132,83 @@ def test_a_run_started_before_a_key_existed_relaunches_with_its_default(launch):
     with pytest.raises(SystemExit, match=r"env\.reuse_contexts \(absent\) → true"):
         run("env.reuse_contexts=true")
     assert not (run_dir / "config_changes.json").exists()
+
+
+def test_a_value_changed_back_and_then_again_is_the_runs_value_each_time(tmp_path):
+    keep_run_config(tmp_path, Schema(), [])
+    for lr in (0.2, 0.1, 0.2):  # the third record equals the first, and is needed all the same
+        assert keep_run_config(tmp_path, Schema(lr=lr), ["lr"])
+        assert effective_config(tmp_path)["lr"] == lr
+    assert keep_run_config(tmp_path, Schema(lr=0.2), []) == {}
+
+
+def test_an_entry_added_to_a_dict_relaunches_once_accepted_and_leaving_it_out_again_is_a_change_back(launch):
+    """`env.url_map` from `{}` to one entry is recorded as `env.url_map` removed and `env.url_map.__X__` set."""
+    run, run_dir = launch
+    with pytest.raises(Started):
+        run()
+    added = ("env.url_map={__X__: 'http://h:1'}", "resume.allow_changes=[env.url_map]")
+    for _ in range(2):  # accepted, then the same command again finds nothing changed
+        with pytest.raises(Started):
+            run(*added)
+    assert effective_config(run_dir)["env"]["url_map"] == {"__X__": "http://h:1"}
+    with pytest.raises(SystemExit, match=r'env\.url_map\.__X__ "http://h:1" → \(absent\)\. '):
+        run()
+    for _ in range(2):
+        with pytest.raises(Started):
+            run("resume.allow_changes=[env.url_map]")
+    assert effective_config(run_dir)["env"].get("url_map", {}) == {}
+
+
+@dataclass
+class WithRules:
+    rules: dict[str, str] = field(default_factory=lambda: {"shop": "s", "wiki": "w"})
+
+
+def test_an_entry_left_out_of_a_dict_relaunches_once_accepted_and_putting_it_back_is_a_change_back(tmp_path):
+    keep_run_config(tmp_path, WithRules(), [])
+    without_shop = WithRules(rules={"wiki": "w"})
+    with pytest.raises(ConfigError, match=r'rules\.shop "s" → \(absent\)\. .*allow_changes=\[rules\.shop\] '):
+        check_run_config(tmp_path, without_shop, [])
+    assert keep_run_config(tmp_path, without_shop, ["rules"]) == {"rules.shop": ("s", ABSENT)}
+    assert keep_run_config(tmp_path, without_shop, ["rules"]) == {}
+    assert effective_config(tmp_path) == {"rules": {"wiki": "w"}}
+    with pytest.raises(ConfigError, match=r'rules\.shop \(absent\) → "s"\. '):
+        check_run_config(tmp_path, WithRules(), [])
+    # Every entry left out: the empty dict is the run's value, not a dict missing its entries.
+    assert keep_run_config(tmp_path, WithRules(rules={}), ["rules"]) == {
+        "rules": (ABSENT, {}),
+        "rules.wiki": ("w", ABSENT),
+    }
+    assert keep_run_config(tmp_path, WithRules(rules={}), ["rules"]) == {}
+    assert effective_config(tmp_path) == {"rules": {}}
+
+
+def test_a_record_from_before_removals_were_recorded_still_applies(tmp_path):
+    """Such a record sets a dict that gained entries to null, then its entries (its key was never removed)."""
+    (tmp_path / "config.json").write_text(json.dumps({"env": {"url_map": {}}}))
+    record = {"from_phase": 0, "changes": {"env.url_map": [{}, None], "env.url_map.__X__": [None, "http://h:1"]}}
+    (tmp_path / "config_changes.json").write_text(json.dumps([record]))
+    assert effective_config(tmp_path) == {"env": {"url_map": {"__X__": "http://h:1"}}}
+
+
+def test_a_key_dropped_from_the_schema_may_be_allowed_and_the_same_relaunch_then_goes_on(launch):
+    run, run_dir = launch
+    with pytest.raises(Started):
+        run()
+    saved = json.loads((run_dir / "config.json").read_text())
+    saved["env"]["retired_knob"] = 1  # as a launch when env.retired_knob and the legacy section existed wrote it
+    saved["legacy"] = {"knob": 5}
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(SystemExit, match=r"allow_changes=\[env\.retired_knob,legacy\.knob\] "):
+        run()
+    for _ in range(2):  # accepted, then the same command again finds nothing changed
+        with pytest.raises(Started):
+            run("resume.allow_changes=[env.retired_knob,legacy]")
+    with pytest.raises(Started):
+        run()
+    assert effective_config(run_dir).keys() == saved.keys() - {"legacy"}
+    assert "retired_knob" not in effective_config(run_dir)["env"]
 
 
 def test_an_unknown_key_to_allow_is_a_config_error(launch):

@@ -14,7 +14,11 @@ from webrl.env.actions import Action
 
 @dataclass
 class EpisodeLimits:
-    """When an episode stops, and how long any part of it may take."""
+    """When an episode stops, and how long any part of it may take.
+
+    A run takes the step, repeat, parse-failure and episode-time limits from its config (`env.max_steps`,
+    `env.max_repeated_actions`, `env.max_parse_failures`, `env.episode_timeout_s`: `WebEnvironment.limits`).
+    """
 
     max_steps: int = 30
     """Steps (agent turns) before the episode ends with status "max_steps"."""

@@ -76,8 +76,9 @@ def evaluation_settings(config: WebRLConfig) -> dict[str, Any]:
     A comparison finds a run's evaluation by these, so it never reads one made on other tasks.
     """
     env = config.env
-    # Where the sites are, who judges fuzzy answers, the login and the server's URL decide outcomes too. They count
-    # only away from their defaults, so that an embedded run's identity (and its file names) stays what it was.
+    # Where the sites are, who judges fuzzy answers, the login, the server's URL and the episode limits that were
+    # fixed in code before (`EPISODE_LIMIT_KEYS`) decide outcomes too. They count only away from their defaults, so
+    # that an embedded run's identity (and its file names) stays what it was.
     defaults = type(env)()
     outside = {
         "url_map": env.url_map,
@@ -86,6 +87,7 @@ def evaluation_settings(config: WebRLConfig) -> dict[str, Any]:
         "storage_state_dir": env.storage_state_dir,
     }
     outside = {key: value for key, value in outside.items() if value != getattr(defaults, key)}
+    outside.update(env.changed_limits())
     if config.rollout.engine == "openai":
         outside["openai_url"] = config.rollout.openai_url
     return {

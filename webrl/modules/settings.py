@@ -10,10 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from webrl.config_checks import one_of, positive, within
 from webrl.data.steps import DEFAULT_GAMMA
 
 _FORMS = ("paper", "release")
 OBJECTIVES = ("squared", "smooth_l1", "policy_gradient")
+LOGRATIOS = ("sum", "mean")
+ADVANTAGE_KEY = "actor.advantage"
+"""Where the run config holds `AdvantageConfig`: the prefix of the keys its errors name when it is built."""
+ACTOR_LOSS_KEY = "actor.loss"
+"""Where the run config holds `ActorLossConfig`: the prefix of the keys its errors name when it is built."""
 HEAD_INIT_STD = 0.2
 """The release's std of the critic heads' first two Linear weights."""
 
@@ -52,10 +58,13 @@ class AdvantageConfig:
     """Release form: advantage given to negative steps."""
 
     def __post_init__(self) -> None:
-        if self.form not in _FORMS:
-            raise ValueError(f"advantage.form must be one of {_FORMS}, got {self.form!r}")
-        if not 0.0 <= self.lam <= 1.0:
-            raise ValueError(f"advantage.lam must lie in [0, 1], got {self.lam}")
+        """Checked when built: the run config builds it while it is read, before any section's `validate`."""
+        self.validate(ADVANTAGE_KEY)
+
+    def validate(self, prefix: str) -> None:
+        """Raise ConfigError naming `prefix.<key>`, its value and what is allowed."""
+        one_of(f"{prefix}.form", self.form, _FORMS)
+        within(f"{prefix}.lam", self.lam, 0, 1)
 
 
 @dataclass
@@ -88,12 +97,15 @@ class ActorLossConfig:
     """[C] `add_sft_loss`: weight of −Σlogπ·exp(1 − p̄) on positives, p̄ = policy geometric-mean prob (detached)."""
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"actor_loss.objective must be one of {OBJECTIVES}, got {self.objective!r}")
-        if self.logratio not in ("sum", "mean"):
-            raise ValueError(f"actor_loss.logratio must be 'sum' or 'mean', got {self.logratio!r}")
-        if self.beta <= 0 or self.beta_confident <= 0:
-            raise ValueError(f"actor_loss.beta and beta_confident must be > 0, got {self.beta}, {self.beta_confident}")
+        """Checked when built: the run config builds it while it is read, before any section's `validate`."""
+        self.validate(ACTOR_LOSS_KEY)
+
+    def validate(self, prefix: str) -> None:
+        """Raise ConfigError naming `prefix.<key>`, its value and what is allowed."""
+        one_of(f"{prefix}.objective", self.objective, OBJECTIVES)
+        one_of(f"{prefix}.logratio", self.logratio, LOGRATIOS)
+        positive(f"{prefix}.beta", self.beta)
+        positive(f"{prefix}.beta_confident", self.beta_confident)
 
     @classmethod
     def paper(cls, beta: float = 1.0) -> ActorLossConfig:
