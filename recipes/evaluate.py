@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict[str, float] | Path:
     if "--compare" in argv:
         return compare(argv)
     baseline_path, rest = split_baseline(argv)
-    config = recipe_config(rest, usage=__doc__, help_keys=HELP_KEYS)
+    config = recipe_config(rest, usage=__doc__, help_keys=HELP_KEYS, trains=False)
     checkpoint = Path(config.model.actor)
     if not config.model.actor or not (checkpoint / "config.json").exists():
         raise SystemExit(f"model.actor={config.model.actor!r}: give the model directory to evaluate (with config.json)")

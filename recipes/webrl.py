@@ -47,15 +47,18 @@ def recipe_config(
     *,
     usage: str = "",
     help_keys: tuple[str, ...] = (),
+    trains: bool = True,
 ) -> RecipeConfig:
     """Set up logging and read a recipe's config (the default file, `--config`, W&B's variables, then key=value).
 
     `schema` is the run config or a recipe's extension of it. A bad key or value ends the program
     with one line that names it, never a traceback. `usage` and `help_keys` are what `--help` shows.
+    A recipe that `trains` must hold its evaluation tasks apart from its training tasks
+    (`WebRLConfig.require_held_out_apart`).
     """
     setup_logging()
     try:
-        return load_config(
+        config = load_config(
             schema,
             argv,
             default_file=DEFAULT_CONFIG,
@@ -63,6 +66,9 @@ def recipe_config(
             usage=usage,
             help_keys=help_keys,
         )
+        if trains:
+            config.require_held_out_apart()
+        return config
     except (ConfigError, ValueError) as err:
         raise SystemExit(f"config error: {err}") from None
 

@@ -184,3 +184,20 @@ def test_template_tasks_are_refused_on_an_external_suite(tmp_path, mode):
         ["--config", str(CONFIG_DIR / "webrl_llama8b_webarena.yaml"), *suite, f"model.base={tmp_path / 'base'}"]
     )
     assert webarena.curriculum.mode == "llm", "the shipped WebArena config loads on an external suite"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["env.train_split=test"], "env.train_split='test': a training recipe trains on train or train_fit"),
+        (["env.train_split=validation"], "env.train_split='validation'"),
+        (["env.test_split=train"], "env.test_split='train': a training recipe evaluates on test or validation"),
+        (["env.test_split=validation"], "env.test_split='validation': the validation tasks are part of train"),
+    ],
+)
+def test_a_training_recipe_never_evaluates_on_what_it_trained_on(overrides, named):
+    with pytest.raises(SystemExit, match=f"^config error: {named}"):
+        recipe_config(overrides)
+    recipe_config(overrides, trains=False)  # recipes.evaluate may read any split
+    config = recipe_config(["env.test_split=validation", "env.train_split=train_fit"])
+    assert (config.env.train_split, config.env.test_split) == ("train_fit", "validation")

@@ -130,6 +130,7 @@ class Comparison:
         argv = [*(arg for path in files for arg in ("--config", path)), *mine, *own, f"output_dir={run_dir}"]
         try:
             config = load_config(method.schema, argv, default_file=default_file, environment=environment)
+            config.require_held_out_apart()  # every method trains, as its recipe will check
         except (ConfigError, ValueError) as err:
             raise ConfigError(f"method {method.name}: {err}") from None
         return PlannedRun(method, argv, config, run_dir)

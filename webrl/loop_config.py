@@ -486,6 +486,36 @@ class WebRLConfig:
                 f"must be below model.max_length ({self.model.max_length}), which also holds the prompt",
             )
 
+    def require_held_out_apart(self) -> None:
+        """For a recipe that trains: its held-out tasks are none of its training tasks (embedded splits).
+
+        `validation` is carved from `train`, so choosing settings on it needs `env.train_split=train_fit`;
+        training on `test` or `validation`, or evaluating on `train`, would score tasks the model trained on.
+        Evaluation alone (`recipes.evaluate`) may read any split, e.g. `train` to see how well SFT fits it.
+        """
+        env = self.env
+        if env.suite != "embedded":
+            return
+        require(
+            env.train_split in ("train", TRAIN_FIT),
+            "env.train_split",
+            env.train_split,
+            f"a training recipe trains on train or {TRAIN_FIT}, never on tasks it is evaluated on",
+        )
+        require(
+            env.test_split in ("test", VALIDATION),
+            "env.test_split",
+            env.test_split,
+            f"a training recipe evaluates on test or {VALIDATION}, never on tasks it trained on",
+        )
+        require(
+            not (env.test_split == VALIDATION and env.train_split != TRAIN_FIT),
+            "env.test_split",
+            env.test_split,
+            f"the validation tasks are part of {env.train_split}: train on env.train_split={TRAIN_FIT} to evaluate "
+            "on them",
+        )
+
     def resolve(self) -> None:
         """Fix what depends on where the config is read, once (`load_config` calls this): paths and `auto` precision.
 

@@ -116,7 +116,7 @@ def test_results_on_other_tasks_or_settings_are_refused(tmp_path, quick):
 
 def test_methods_must_draw_the_same_held_out_tasks(tmp_path, quick):
     validation = tmp_path / "validation.yaml"
-    validation.write_text("env:\n  test_split: validation\n")  # a common env.test_tasks=6 goes over a file
+    validation.write_text("env:\n  test_split: validation\n  train_split: train_fit\n")  # env.test_tasks=6 goes over it
     methods = [
         Method("webrl", "WebRL", "recipes.webrl", WebRLConfig),
         Method("x", "X", "recipes.webrl", WebRLConfig, validation),
