@@ -8,6 +8,7 @@ from recipes.webrl import CONFIG_DIR, recipe_config
 
 BAD_VALUES = [
     ("env.test_tasks=-1", "env.test_tasks=-1", ">= 0"),
+    ("curriculum.seed=-5", "curriculum.seed=-5", ">= 0"),
     ("env.train_tasks=-3", "env.train_tasks=-3", ">= 0"),
     ("env.html_chars=0", "env.html_chars=0", ">= 1"),
     ("env.max_repeated_actions=0", "env.max_repeated_actions=0", ">= 1"),

@@ -127,6 +127,7 @@ class CurriculumConfig:
     def validate(self) -> None:
         """Raise ConfigError naming the `curriculum.<key>` at fault, its value and what is allowed."""
         one_of("curriculum.mode", self.mode, CURRICULUM_MODES)
+        at_least("curriculum.seed", self.seed, 0)
         counts = ("tasks_per_phase", "seeds_per_call", "generation_turns", "variants_per_seed", "max_tokens")
         for key in (*counts, "judge_max_tokens"):
             value = getattr(self, key)
