@@ -63,6 +63,37 @@ def build_trajectory(
     return trajectory
 
 
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+"""SmolLM2's ChatML chat template."""
+
+
+def chatml_tokenizer(corpus: list[str], vocab_size: int):
+    """A byte-level BPE trained on `corpus` in milliseconds, with SmolLM2's special tokens and ChatML template, so
+    that prompts take their chat form through a real `apply_chat_template`. Its packages are imported here, as in
+    `one_token_tokenizer`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    backend.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
 def one_token_tokenizer():
     """A real tokenizer that reads any text as one unknown token, with the eos and pad tokens batching needs: for
     tests that stub the actor's model but still go through code that fits prompts to a token limit. Its packages are

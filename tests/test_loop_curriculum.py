@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from tests.sample_records import chatml_tokenizer
 from tests.single_process import SingleProcess
 from webrl import loop as loop_module
 from webrl.config import load_config
@@ -27,31 +27,11 @@ from webrl.loop import PhaseLoop
 from webrl.loop_config import WebRLConfig
 from webrl.web_environment import WebEnvironment
 
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-"""SmolLM2's ChatML chat template."""
-
 
 @pytest.fixture(scope="module")
 def chat_tokenizer() -> PreTrainedTokenizerFast:
-    """A byte-level BPE trained in milliseconds with SmolLM2's chat template: `apply_chat_template` renders it."""
-    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    backend.train_from_iterator(["Task Instruction: What is the price of"] * 5, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
-    )
-    fast.chat_template = CHATML_TEMPLATE
-    return fast
+    """A chat-template tokenizer like SmolLM2's: `apply_chat_template` renders the rollouts' prompts."""
+    return chatml_tokenizer(["Task Instruction: What is the price of"] * 5, vocab_size=300)
 
 
 @pytest.fixture(scope="module")

@@ -13,35 +13,15 @@ from pathlib import Path
 
 import pytest
 from dist_worker import build_trajectories
-from sample_records import build_trajectory
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from sample_records import build_trajectory, chatml_tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from webrl.data.trajectory import Trajectory
 
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-
 
 @pytest.fixture(scope="session")
 def chat_tokenizer() -> PreTrainedTokenizerFast:
-    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(["<a id=1>Buy</a> do(action='Click') Round Task Instruction"] * 20, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
-    )
-    fast.chat_template = CHATML_TEMPLATE
-    return fast
+    return chatml_tokenizer(["<a id=1>Buy</a> do(action='Click') Round Task Instruction"] * 20, vocab_size=400)
 
 
 @pytest.fixture(scope="session")

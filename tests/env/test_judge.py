@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from sample_records import build_trajectory
+from stub_http import StubHandler, serve
 
 from webrl.env.evaluators import EvaluationError, string_match
 from webrl.env.judge import JUDGE_SYSTEM_PROMPT, JudgeError, OpenAIJudge, build_judge, verdict_score
@@ -30,7 +29,7 @@ URL_MAP = {"__SHOPPING__": "http://shopping.test:8080", "__SHOPPING_ADMIN__": "h
 KEY_VAR, KEY = "WEBRL_TEST_JUDGE_KEY", "sk-test-not-a-real-key"
 
 
-class _StubChatServer(BaseHTTPRequestHandler):
+class _StubChatServer(StubHandler):
     """Test double of an OpenAI-compatible chat server (see the module docstring)."""
 
     requests: list[dict] = []
@@ -59,24 +58,13 @@ class _StubChatServer(BaseHTTPRequestHandler):
         self._reply(200, {**payload, "usage": usage})
 
     def _reply(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        return
+        self.reply(status, "application/json", json.dumps(payload).encode())
 
 
 @pytest.fixture(scope="module")
 def judge_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _StubChatServer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serve(_StubChatServer) as url:
+        yield url
 
 
 @pytest.fixture

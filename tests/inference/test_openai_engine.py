@@ -12,14 +12,13 @@ a misbehaving OpenAI-compatible server: a local HTTP server whose reply is chose
 from __future__ import annotations
 
 import json
-import threading
 import traceback
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from openai_server import free_port, vllm_server
+from stub_http import StubHandler, serve
 
 from webrl.inference.engine import SamplingParams, build_engine
 from webrl.inference.hf import HFEngine
@@ -153,14 +152,14 @@ STUB_REPLIES = {
 }
 
 
-class _StubServer(BaseHTTPRequestHandler):
+class _StubServer(StubHandler):
     """Test double of a misbehaving OpenAI-compatible server (see the module docstring)."""
 
     auth: list[str | None] = []
 
     def do_GET(self) -> None:
         self.auth.append(self.headers.get("Authorization"))
-        self._reply(200, JSON, json.dumps({"object": "list", "data": [{"id": "ok", "object": "model"}]}).encode())
+        self.reply(200, JSON, json.dumps({"object": "list", "data": [{"id": "ok", "object": "model"}]}).encode())
 
     def do_POST(self) -> None:
         self.auth.append(self.headers.get("Authorization"))
@@ -173,26 +172,13 @@ class _StubServer(BaseHTTPRequestHandler):
             data = json.dumps({"error": {"message": f"Incorrect API key provided: {header}"}}).encode()
         elif body["model"] == "echo-html":
             data = f"<html>Denied for {header}</html>".encode()
-        self._reply(status, content_type, data)
-
-    def _reply(self, status: int, content_type: str, data: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        return
+        self.reply(status, content_type, data)
 
 
 @pytest.fixture(scope="module")
 def stub_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _StubServer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serve(_StubServer) as url:
+        yield url
 
 
 def _sent_auth(url: str, **options: object) -> set[str | None]:

@@ -42,13 +42,18 @@ def _stops_both(run_dir: Path, config: webrl.WebRLConfig, path: Path, says: str)
     _one_line(relaunch, path, says)
 
 
-@pytest.mark.parametrize(("content", "says"), BROKEN, ids=["not-json", "not-utf8", "not-an-object"])
-def test_a_config_json_that_does_not_read_is_one_line_naming_it(tmp_path, content, says):
+def _broken(tmp_path: Path, name: str, content: bytes) -> tuple[Path, webrl.WebRLConfig, Path]:
+    """A started run whose file `name` then holds `content`: its directory, its config and that file."""
     run_dir = tmp_path / "run"
     config = _started(run_dir)
-    path = run_dir / "config.json"
+    path = run_dir / name
     path.write_bytes(content)
-    _stops_both(run_dir, config, path, says)
+    return run_dir, config, path
+
+
+@pytest.mark.parametrize(("content", "says"), BROKEN, ids=["not-json", "not-utf8", "not-an-object"])
+def test_a_config_json_that_does_not_read_is_one_line_naming_it(tmp_path, content, says):
+    _stops_both(*_broken(tmp_path, "config.json", content), says)
 
 
 def test_a_config_changes_json_that_does_not_read_is_one_line_naming_it(tmp_path):
@@ -72,10 +77,7 @@ def test_a_config_changes_json_that_does_not_read_is_one_line_naming_it(tmp_path
     ids=["not-json", "not-utf8", "not-an-object", "phase-a-string", "done-a-string", "unknown-stage"],
 )
 def test_a_run_state_json_that_does_not_read_is_one_line_naming_it(tmp_path, content, says):
-    run_dir = tmp_path / "run"
-    config = _started(run_dir)
-    path = run_dir / "run_state.json"
-    path.write_bytes(content)
+    run_dir, config, path = _broken(tmp_path, "run_state.json", content)
     _stops_both(run_dir, config, path, says)
     with pytest.raises(ConfigError, match="^" + str(path)):
         RunState.load(path)
