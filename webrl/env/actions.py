@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webrl.env.action_syntax import CALL_NAMES, ActionParseError, CallReader
+from webrl.env.python_syntax import parse_expression
 
 # WebRL action names (case-insensitive, spaces/underscores free) -> canonical names.
 _DO_ACTIONS = {
@@ -95,7 +96,7 @@ def _call_starts(text: str) -> list[int]:
 def _parse_call(call_text: str) -> ast.Call:
     """Read one call's text (as `CallReader` delimited it) with Python's own parser."""
     try:
-        return ast.parse(call_text, mode="eval").body  # type: ignore[return-value]
+        return parse_expression(call_text)  # type: ignore[return-value]
     except (SyntaxError, ValueError) as err:
         reason = err.msg if isinstance(err, SyntaxError) else str(err)
         raise ActionParseError(f"cannot parse {call_text[:120]!r} as a call ({reason})") from None

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from playwright.async_api import Error as PlaywrightError
 
 from webrl.env.magento_api import AdminCredentials, MagentoAdminApi, MagentoApiError
+from webrl.env.python_syntax import parse_expression
 
 PREFIX = "func:"
 LAST_URL = "__last_url__"
@@ -86,7 +87,7 @@ def parse_call(expression: str) -> HelperCall:
     named = _NAME.match(text)
     label = f"{named.group(1)}()" if named else repr(text[:60])
     try:
-        tree = ast.parse(text, mode="eval").body
+        tree = parse_expression(text)
     except SyntaxError as err:
         raise HelperCallError(f"calls {label} in an expression that does not parse: {text!r}") from err
     if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Name) or tree.keywords:
