@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from lightning.fabric import Fabric
+from sample_records import build_trajectory
 
+import webrl.modules.orm
+import webrl.orm_threshold as orm_threshold
 from tests.test_orm_data import PatientEnvironment
 from webrl.config import load_config
 from webrl.data.trajectory import read_trajectories
@@ -96,3 +102,54 @@ def test_the_calibration_cache_follows_what_shapes_its_episodes(tmp_path):
     plain = name()
     assert name("env.html_chars=900") != plain and name("reward.calibration_tasks=7") != plain
     assert name("env.reuse_contexts=true") == plain and name("env.screenshots.enabled=false") == plain
+    for unrelated in ("env.test_tasks=20", "env.test_split=validation", "orm.data.concurrency=2"):
+        assert name(unrelated) == plain, unrelated
+
+
+def test_the_calibration_of_a_given_orm_follows_the_length_it_scores_prompts_at(tmp_path):
+    """A given ORM's path does not hold model.max_length, as that of the ORM a run trains (`orm_dir`) does."""
+    orm = tmp_path / "orm"
+    orm.mkdir()
+    (orm / "config.json").write_text("{}")
+
+    def name(*overrides: str) -> str:
+        config = load_config(WebRLConfig, [f"output_dir={tmp_path / 'run'}", f"model.cache_dir={tmp_path}", *overrides])
+        return calibration_dir(config, tmp_path / "sft", orm).name
+
+    assert name(f"model.orm={orm}", "model.max_length=512") != name(f"model.orm={orm}")
+    assert name("model.max_length=512") == name(), "a trained ORM's path already holds it: the default key stays"
+
+
+def test_a_threshold_asked_for_twice_at_once_is_calibrated_once(tmp_path, monkeypatch):
+    """Two runs on one cache: the second waits for the first's choice instead of rolling out into its files."""
+    config = load_config(
+        WebRLConfig, [f"output_dir={tmp_path / 'run'}", f"model.cache_dir={tmp_path}", "reward.calibration_tasks=2"]
+    )
+    runs: list[str] = []
+
+    class Builder:
+        def __init__(self, config, fabric, env, data_dir, tokenizer=None) -> None:
+            pass
+
+        def run(self, name, engine, tasks, *, evaluation=True):
+            runs.append(name)
+            time.sleep(0.5)  # the other thread arrives while this one rolls out
+            return [build_trajectory("a", eval_reward=1.0), build_trajectory("b", eval_reward=0.0)]
+
+    monkeypatch.setattr(orm_threshold, "calibration_tasks", lambda config, env: [])
+    monkeypatch.setattr(orm_threshold, "ORMDataBuilder", Builder)
+    monkeypatch.setattr(webrl.modules.orm, "orm_scorer", lambda *args, **kwargs: (lambda prompts: [0.9, 0.1], None))
+    fabric = Fabric(accelerator="cpu", devices=1)
+    choices = []
+    threads = [
+        threading.Thread(
+            target=lambda: choices.append(ensure_orm_threshold(config, fabric, None, None, tmp_path / "s", tmp_path))
+        )
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert runs == ["calibration"] and len(choices) == 2 and choices[0] == choices[1]
+    assert (choices[0].positives, choices[0].negatives) == (1, 1)

@@ -2,20 +2,27 @@
 
 No model is trained here: the caches are filled by hand (a demonstrations file with its `.done`
 marker, a directory with its done marker) or by the tiny model factory at its smallest shape, and
-the functions must take what is there instead of building it again.
+the functions must take what is there instead of building it again. Two builders of one entry at once
+(processes, or threads holding locks of their own) must build it once: the second waits and reuses it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from lightning.fabric import Fabric
 from sample_records import build_trajectory
 
+import webrl.starting_models as starting_models
+import webrl.training as training
 from webrl.config import load_config
 from webrl.data.atomic_io import write_text_atomic
 from webrl.data.prompts import trajectory_orm_prompt
@@ -46,6 +53,8 @@ EPISODE_NEUTRAL = (
     "env.screenshots.enabled=false",
 )
 """Settings that change no episode's content, so no cache of products made of episodes may change with them."""
+ORM_NEUTRAL = ("env.test_tasks=20", "env.test_split=validation", "orm.data.concurrency=2")
+"""Settings no source of the ORM's data reads (the run's evaluation) or that only pace its scripted episodes."""
 EPISODE_LIMITS = ("env.max_repeated_actions=3", "env.max_parse_failures=3", "env.episode_timeout_s=900")
 """The episode limits other than env.max_steps: each changes episodes, so each moves every cache made of them."""
 TINY = ["model.tiny_hidden_size=64", "model.tiny_layers=1", "model.tiny_vocab_size=300"]
@@ -106,7 +115,8 @@ def test_the_sft_cache_changes_with_its_inputs_and_only_with_them(tmp_path):
     for changed in ("sft.train.lr=0.5", "seed=1", "sft.demo_tasks=7"):
         assert _sft_name(_config(tmp_path, changed)) != plain, changed
     assert _sft_name(_external(_config(tmp_path))) != plain
-    for unrelated in ("actor.train.lr=0.5", "phases=9", "rollout.temperature=0.3", "orm.train.lr=0.5"):
+    unrelated_settings = ("actor.train.lr=0.5", "phases=9", "rollout.temperature=0.3", "orm.train.lr=0.5")
+    for unrelated in (*unrelated_settings, "sft.demo_concurrency=2"):
         assert _sft_name(_config(tmp_path, unrelated)) == plain, unrelated
 
 
@@ -128,7 +138,8 @@ def test_the_orm_cache_changes_with_its_inputs_and_only_with_them(tmp_path):
         "orm.data.actor_variants=1",
     ):
         assert name(_config(tmp_path, changed)) != plain, changed
-    for unrelated in ("actor.train.lr=0.5", "phases=9", "sft.train.lr=0.5", "critic.train.lr=0.5", *EPISODE_NEUTRAL):
+    unrelated_settings = ("actor.train.lr=0.5", "phases=9", "sft.train.lr=0.5", "critic.train.lr=0.5")
+    for unrelated in (*unrelated_settings, *EPISODE_NEUTRAL, *ORM_NEUTRAL):
         assert name(_config(tmp_path, unrelated)) == plain, unrelated
 
 
@@ -150,8 +161,17 @@ def test_the_orm_data_is_kept_across_training_settings_and_redrawn_when_its_sour
     ):
         assert name(_config(tmp_path, changed)) != plain, changed
     assert name(_config(tmp_path, "env.html_chars=900")) != plain
-    for neutral in EPISODE_NEUTRAL:
+    for neutral in (*EPISODE_NEUTRAL, *ORM_NEUTRAL):
         assert name(_config(tmp_path, neutral)) == plain, neutral
+
+
+def test_the_orm_keys_hold_their_neutral_settings_at_the_defaults_so_built_keys_stay(tmp_path):
+    """Held at their defaults rather than left out: the ORMs, data and thresholds already built keep their keys,
+    those of a config that sets env.train_tasks (webrl_smollm2: 48), which stays a key, included."""
+    for overrides in ((), ("env.train_tasks=48",)):
+        config = _config(tmp_path, *overrides)
+        assert cache_key(starting_models.orm_episode_settings(config)) == cache_key(config.env.episode_settings())
+        assert starting_models.orm_data_fields(config) == config.orm.data.cache_fields()
 
 
 def test_orm_keys_without_actor_variants_hash_as_before_the_key_existed(tmp_path):
@@ -196,6 +216,20 @@ def test_the_tiny_model_records_demonstrations_in_the_completion_form(tmp_path):
     assert demonstration_tokenizer(_config(tmp_path)) is None
 
 
+def test_the_tiny_base_model_is_keyed_by_the_demonstrations_its_tokenizer_learns(tmp_path):
+    """A quick run's few demonstrations, or another split's, train a tokenizer of their own: not one a later run
+    with other demonstrations reuses."""
+    demos = [build_trajectory("a")]
+    full = base_model_dir(_config(tmp_path, *TINY), demos)
+    quick = base_model_dir(_config(tmp_path, *TINY, "sft.demo_tasks=8"), demos)
+    fit = base_model_dir(_config(tmp_path, *TINY, "env.train_split=train_fit"), demos)
+    assert len({full, quick, fit}) == 3 and all(is_built(path) for path in (full, quick, fit))
+    config = _config(tmp_path, *TINY)
+    other = base_model_dir(config, [build_trajectory("b")], tmp_path / "cache" / "demos-other.jsonl")
+    assert other not in (full, quick, fit) and is_built(other)
+    assert base_model_dir(config, demos, demonstrations_path(config, None)) == full, "the default is the config's file"
+
+
 def test_the_tiny_base_model_is_built_once_per_shape(tmp_path):
     config = _config(tmp_path, *TINY)
     demos = [build_trajectory("a"), build_trajectory("b")]
@@ -216,6 +250,198 @@ def test_a_given_base_model_directory_must_hold_a_model(tmp_path):
     (model / "config.json").unlink()  # removed after the config was checked: base_model_dir checks again
     with pytest.raises(ValueError, match="neither tiny, smollm2 nor a model directory"):
         base_model_dir(config, [])
+
+
+def test_a_model_directory_without_a_tokenizer_is_named_in_the_error(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    config = _config(tmp_path, f"model.base={model}")
+    with pytest.raises(ValueError, match=f"{model}: no loadable tokenizer"):
+        demonstration_tokenizer(config)
+
+
+BUILDER = """
+import sys, time
+from pathlib import Path
+sys.path[:0] = [{tests!r}, {code!r}]  # this test's records and the webrl it imported
+from sample_records import build_trajectory
+import webrl.modules.model_factory as factory
+from webrl.config import load_config
+from webrl.loop_config import WebRLConfig
+from webrl.starting_models import base_model_dir
+
+work, me = Path(sys.argv[1]), sys.argv[2]
+real = factory.build_tiny_model
+
+def counted(out, *args, **kwargs):
+    with open(work / "builds.log", "a") as log:
+        log.write(me + "\\n")
+    time.sleep(3)  # the build stays open while the other process arrives
+    return real(out, *args, **kwargs)
+
+factory.build_tiny_model = counted
+(work / ("ready-" + me)).touch()
+while len(list(work.glob("ready-*"))) < 2:  # both ask at once
+    time.sleep(0.01)
+settings = ["output_dir=" + str(work / "run"), "model.cache_dir=" + str(work / "cache"), *{tiny!r}]
+config = load_config(WebRLConfig, settings)
+print(base_model_dir(config, [build_trajectory("a"), build_trajectory("b")]))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_two_processes_asking_for_one_tiny_model_build_it_once(tmp_path):
+    """The second waits on the first's lock and reuses its model, instead of building into the same staging dir."""
+    script = tmp_path / "builder.py"
+    code = str(Path(starting_models.__file__).resolve().parents[1])
+    script.write_text(BUILDER.format(tests=str(Path(__file__).parent), code=code, tiny=TINY))
+    runs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path), name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("first", "second")
+    ]
+    outputs = [run.communicate(timeout=240) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert len((tmp_path / "builds.log").read_text().split()) == 1, "built once"
+    assert sum("another process is building it" in err for _, err in outputs) == 1, "the other one waited"
+    built = {Path(out.strip().splitlines()[-1]) for out, _ in outputs}
+    assert len(built) == 1
+    target = built.pop()
+    assert is_built(target) and (target / "config.json").is_file() and (target / "tokenizer.json").is_file()
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted([target.name, target.name + ".lock"])
+
+
+class CountingEnvironment:
+    """Stands in for `WebEnvironment` in `collect_demonstrations`: its one episode run is slow and counted."""
+
+    def __init__(self, config: WebRLConfig) -> None:
+        self.config = config
+        self.runs = 0
+
+    def suite(self, split: str, limit: int, seed: int) -> list:
+        return [build_trajectory(f"t{i}").task for i in range(2)]
+
+    def run_episodes(self, engine, tasks, out_path, **kwargs):
+        self.runs += 1
+        time.sleep(0.5)  # the other thread arrives while this one collects
+        trajectories = [build_trajectory(task.task_id, eval_reward=1.0) for task in tasks]
+        write_trajectories(out_path, trajectories)
+        return trajectories, None
+
+
+def _at_once(call, count: int = 2) -> list:
+    """`call()` in `count` threads at once; their results (a thread's error is raised here)."""
+    results: list = [None] * count
+    errors: list = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = call()
+        except BaseException as error:  # raised again in the test's own thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def test_demonstrations_asked_for_twice_at_once_are_collected_once(tmp_path):
+    env = CountingEnvironment(_config(tmp_path))
+    path = tmp_path / "demos.jsonl"
+    first, second = _at_once(lambda: collect_demonstrations(env, path, limit=2, concurrency=1, progress=False))
+    assert env.runs == 1
+    assert [t.task.task_id for t in first] == [t.task.task_id for t in second] == ["t0", "t1"]
+
+
+def test_an_sft_actor_asked_for_twice_at_once_is_trained_once(tmp_path, fabric, monkeypatch):
+    """Two runs on one cache: the tiny base model and the SFT actor are each built once, the second run reuses them."""
+    config = _config(tmp_path, *TINY)
+    _cached_demonstrations(demonstrations_path(config, None), [1.0, 1.0])
+    trained: list[Path] = []
+
+    def train_sft(config, fabric, base, demos, target, **kwargs):
+        trained.append(target)
+        time.sleep(0.5)
+        target.mkdir(parents=True)
+        (target / DONE_MARKER).write_text("{}")
+
+    monkeypatch.setattr(starting_models, "train_sft", train_sft)
+    first, second = _at_once(lambda: ensure_sft(config, fabric, env=None))
+    assert first[0] == second[0] == trained[0] and len(trained) == 1
+    assert len([path for path in (tmp_path / "cache").glob("tiny-*") if path.is_dir()]) == 1
+
+
+def test_an_orm_asked_for_twice_at_once_is_built_once(tmp_path, fabric, monkeypatch):
+    config = _config(tmp_path)
+    built: list[str] = []
+
+    class Builder:
+        def __init__(self, config, fabric, env, data_dir, tokenizer=None) -> None:
+            pass
+
+        def build(self, engine, demos):
+            built.append("data")
+            time.sleep(0.5)
+            return [], {}
+
+    def train_orm(config, fabric, base, trajectories, target, data=None):
+        built.append("orm")
+        target.mkdir(parents=True)
+        (target / DONE_MARKER).write_text("{}")
+
+    monkeypatch.setattr(starting_models, "ORMDataBuilder", Builder)
+    monkeypatch.setattr(starting_models, "train_orm", train_orm)
+    first, second = _at_once(lambda: ensure_orm(config, fabric, None, None, tmp_path / "sft", []))
+    assert first == second == orm_dir(config, tmp_path / "sft") and built == ["data", "orm"]
+
+
+@dataclasses.dataclass
+class Ranks:
+    """A rank of a run of two processes, as `build_lock` sees it: `broadcast` gives rank 0's answers (`answers`,
+    when this rank is not rank 0)."""
+
+    is_global_zero: bool
+    answers: list[bool] = dataclasses.field(default_factory=list)
+    world_size: int = 2
+    polls: int = 0
+
+    def broadcast(self, value: bool, src: int) -> bool:
+        self.polls += 1
+        return value if self.is_global_zero else self.answers.pop(0)
+
+
+def test_the_ranks_of_a_run_wait_for_another_run_s_lock_by_polling_rank_0(tmp_path, monkeypatch):
+    """None blocks in `flock` (a rank in a collective meanwhile would time out): rank 0 tries, all learn its answer."""
+    monkeypatch.setattr(training, "LOCK_POLL_S", 0.05)
+    target = tmp_path / "sft-x"
+    other_run = target.with_name(target.name + ".lock").open("a")
+    fcntl.flock(other_run.fileno(), fcntl.LOCK_EX)
+    rank0, entered = Ranks(is_global_zero=True), threading.Event()
+
+    def build() -> None:
+        with training.build_lock(target, rank0):
+            entered.set()
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    time.sleep(0.5)
+    assert not entered.is_set() and rank0.polls > 1, "rank 0 polls while the other run holds the lock"
+    other_run.close()
+    thread.join(timeout=10)
+    assert entered.is_set()
+    rank1 = Ranks(is_global_zero=False, answers=[False, False, True])
+    with training.build_lock(tmp_path / "sft-y", rank1):
+        assert rank1.polls == 3 and not (tmp_path / "sft-y.lock").exists(), "rank 1 takes no lock of its own"
 
 
 def _cached_demonstrations(path: Path, rewards: list[float]) -> None:

@@ -26,6 +26,7 @@ from webrl.data.labels import label_with_orm
 from webrl.data.trajectory import Task, is_success, write_trajectories
 from webrl.loop_config import WebRLConfig
 from webrl.orm_data import ORMDataBuilder, actor_rollout_tasks
+from webrl.training import build_once
 from webrl.web_environment import WebEnvironment
 
 CHOICE_FILE = "threshold.json"
@@ -108,22 +109,28 @@ def calibration_tasks(config: WebRLConfig, env: WebEnvironment) -> list[Task]:
 
 
 def calibration_dir(config: WebRLConfig, sft: Path, orm: Path) -> Path:
-    """Where the calibration's episodes and choice are cached: keyed by all that shapes them (of `env`, its
-    `episode_settings`)."""
-    from webrl.starting_models import cache_key
+    """Where the calibration's episodes and choice are cached: keyed by all that shapes them (of `env`, the ORM's
+    `orm_episode_settings`: the run's evaluation split and size do not count).
 
-    key = cache_key(
+    The ORM scores prompts cut to `model.max_length`. The path of an ORM the run trains (`orm_dir`) already holds it,
+    so it is keyed here only for a given ORM (`model.orm`); keyed always, it would move every calibration built.
+    """
+    from webrl.starting_models import cache_key, orm_episode_settings
+
+    parts = [
         str(sft),
         str(orm),
         config.reward.calibration_tasks,
-        config.env.episode_settings(),
+        orm_episode_settings(config),
         config.orm.rollout_tasks,
         config.orm.data.actor_rollouts,
         config.rollout.sampling_fields(),
         config.reward.threshold,
         config.seed,
-    )
-    return Path(config.model.cache_dir) / f"orm-threshold-{key}"
+    ]
+    if config.model.orm:
+        parts.append(config.model.max_length)
+    return Path(config.model.cache_dir) / f"orm-threshold-{cache_key(*parts)}"
 
 
 def ensure_orm_threshold(
@@ -132,31 +139,41 @@ def ensure_orm_threshold(
     """The calibrated threshold (built once, then read from the cache); None when `reward.calibration_tasks` is 0.
 
     Every rank takes its share of the rollouts; rank 0 scores them and writes the choice, which every
-    rank then reads.
+    rank then reads. The calibration runs once (`webrl.training.build_once`): a run that needs the same choice
+    while another makes it waits and reads it, instead of appending to the other's episodes.
     """
     if not config.reward.calibration_tasks:
         return None
     target = calibration_dir(config, sft, orm)
-    if not (target / CHOICE_FILE).exists():
-        from webrl.modules.orm import orm_scorer
-
-        tasks = calibration_tasks(config, env)
-        if hasattr(engine, "wake_up"):
-            engine.wake_up()  # asleep while the ORM trained (engines.sleep)
-        fabric.print(f"[orm] choosing the ORM threshold on the SFT actor's rollouts of {len(tasks)} train tasks")
-        rollouts = ORMDataBuilder(config, fabric, env, target).run("calibration", engine, tasks, evaluation=False)
-        if fabric.is_global_zero:
-            judged = [t for t in rollouts if t.eval_reward is not None and not t.infra_error]
-            score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length)
-            label_with_orm(judged, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
-            write_trajectories(target / SCORED_FILE, judged)
-            scores = [float(t.orm_score) for t in judged]
-            choice = best_threshold(scores, [is_success(t.eval_reward) for t in judged], config.reward.threshold)
-            write_json_atomic(target / CHOICE_FILE, asdict(choice))
-        fabric.barrier()
+    build_once(
+        target,
+        lambda: _calibrate(config, fabric, env, engine, orm, target),
+        fabric,
+        done=lambda path: (path / CHOICE_FILE).exists(),
+    )
     choice = ThresholdChoice(**json.loads((target / CHOICE_FILE).read_text()))
     fabric.print(
         f"[orm] threshold {choice.threshold:.3f} (calibration: {choice.positives} successes, {choice.negatives} "
         f"failures; balanced accuracy {choice.balanced_accuracy:.3f}, precision {choice.precision:.3f})"
     )
     return choice
+
+
+def _calibrate(config: WebRLConfig, fabric: Fabric, env: WebEnvironment, engine: Any, orm: Path, target: Path) -> None:
+    """Roll the SFT actor out on the calibration tasks, score the rollouts with the ORM and write the choice."""
+    from webrl.modules.orm import orm_scorer
+
+    tasks = calibration_tasks(config, env)
+    if hasattr(engine, "wake_up"):
+        engine.wake_up()  # asleep while the ORM trained (engines.sleep)
+    fabric.print(f"[orm] choosing the ORM threshold on the SFT actor's rollouts of {len(tasks)} train tasks")
+    rollouts = ORMDataBuilder(config, fabric, env, target).run("calibration", engine, tasks, evaluation=False)
+    if fabric.is_global_zero:
+        judged = [t for t in rollouts if t.eval_reward is not None and not t.infra_error]
+        score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length)
+        label_with_orm(judged, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
+        write_trajectories(target / SCORED_FILE, judged)
+        scores = [float(t.orm_score) for t in judged]
+        choice = best_threshold(scores, [is_success(t.eval_reward) for t in judged], config.reward.threshold)
+        write_json_atomic(target / CHOICE_FILE, asdict(choice))
+    fabric.barrier()

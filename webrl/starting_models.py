@@ -6,7 +6,9 @@ embedded sites' reference solver writes demonstrations, SFT trains on them, and 
 a balanced set of evaluator-labelled trajectories of several policies (`webrl.orm_data`: the SFT
 actor's rollouts, the demonstrations, the reference solver with noise, and demonstrations made
 wrong). Each product is cached under `model.cache_dir` by a key of everything it depends on,
-so the second run reuses it and a changed setting rebuilds it.
+so the second run reuses it and a changed setting rebuilds it. Each is built under a lock of its
+own (`webrl.training.build_lock`): of two runs that need the same product at once, one builds it
+and the other waits and reuses it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,22 @@ from webrl.data.atomic_io import write_text_atomic
 from webrl.data.datamodule import ReplayDataModule, setup_loader
 from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
 from webrl.data.trajectory import Trajectory, is_full_score, is_success, read_trajectories, write_trajectories
-from webrl.loop_config import WebRLConfig
+from webrl.loop_config import EnvConfig, ORMDataConfig, SFTConfig, WebRLConfig
+from webrl.modules.lm import load_tokenizer
 from webrl.modules.orm import OutcomeRewardModule
 from webrl.modules.sft import SFTModule
 from webrl.orm_data import ORMDataBuilder, format_counts
 from webrl.stage_checkpoint import StageCheckpoint
 from webrl.stage_settings import StageSettings
-from webrl.training import is_built, publish_model_dir, save_model_dir, setup_for_training, train_module
+from webrl.training import (
+    build_lock,
+    build_once,
+    publish_model_dir,
+    save_model_dir,
+    setup_for_training,
+    staging_dir,
+    train_module,
+)
 from webrl.web_environment import WebEnvironment
 
 log = logging.getLogger(__name__)
@@ -61,28 +71,14 @@ def collect_demonstrations(
     stopped; once all are in, each is labelled with its outcome and the file is rewritten in task order,
     with a `.done` marker beside it. Tasks the solver fails (there should be none) are reported and
     left out, not allowed to become demonstrations. `progress` shows the episodes' progress (a bar on a
-    terminal, a periodic line elsewhere: `webrl.progress`); ranks other than 0 pass False.
+    terminal, a periodic line elsewhere: `webrl.progress`); ranks other than 0 pass False. The collection
+    runs once (`build_once`): two processes appending episodes to one file would interleave them.
     """
-    done_marker = out_path.with_name(out_path.name + ".done")
-    if not done_marker.exists():
-        from webrl.inference.scripted import ScriptedEngine
-
-        tasks = env.suite(env.config.env.train_split, limit, env.config.seed)
-        solver = ScriptedEngine.for_embedded_sites(tokenizer)
-        trajectories, _ = env.run_episodes(
-            solver,
-            tasks,
-            out_path,
-            phase=0,
-            evaluation=True,
-            seed=env.config.seed,
-            concurrency=concurrency,
-            progress=progress,
-        )
-        for trajectory in trajectories:
-            _label_with_outcome(trajectory)
-        write_trajectories(out_path, trajectories)
-        write_text_atomic(done_marker, "")
+    build_once(
+        out_path,
+        lambda: _run_solver(env, out_path, limit, concurrency, tokenizer, progress),
+        done=lambda path: path.with_name(path.name + ".done").exists(),
+    )
     trajectories = read_trajectories(out_path)
     # The file keeps the site URLs of the launch that collected it, and the embedded sites take a free port at
     # each launch: a demonstration replayed later (the ORM's hard negatives) must start at this launch's sites.
@@ -105,6 +101,30 @@ def collect_demonstrations(
     return successes
 
 
+def _run_solver(
+    env: WebEnvironment, out_path: Path, limit: int, concurrency: int, tokenizer: Any, progress: bool
+) -> None:
+    """The reference solver's episodes into `out_path`, each labelled with its outcome, then the `.done` marker."""
+    from webrl.inference.scripted import ScriptedEngine
+
+    tasks = env.suite(env.config.env.train_split, limit, env.config.seed)
+    solver = ScriptedEngine.for_embedded_sites(tokenizer)
+    trajectories, _ = env.run_episodes(
+        solver,
+        tasks,
+        out_path,
+        phase=0,
+        evaluation=True,
+        seed=env.config.seed,
+        concurrency=concurrency,
+        progress=progress,
+    )
+    for trajectory in trajectories:
+        _label_with_outcome(trajectory)
+    write_trajectories(out_path, trajectories)
+    write_text_atomic(out_path.with_name(out_path.name + ".done"), "")
+
+
 def _label_with_outcome(trajectory: Trajectory) -> None:
     """The evaluator's score is the outcome, and WebRL copies the outcome onto every step."""
     trajectory.outcome = trajectory.eval_reward or 0.0
@@ -125,9 +145,7 @@ def demonstration_tokenizer(config: WebRLConfig) -> Any:
         return None
     else:
         path = base_model_dir(config, [])
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return load_tokenizer(path)
 
 
 def demonstrations_path(config: WebRLConfig, tokenizer: Any) -> Path:
@@ -173,8 +191,13 @@ def suite_fingerprint(config: WebRLConfig) -> str:
     return digest.hexdigest()[:12]
 
 
-def base_model_dir(config: WebRLConfig, demonstrations: list[Trajectory]) -> Path:
-    """The model SFT starts from: a tiny Llama built from config, SmolLM2-135M, or a given directory."""
+def base_model_dir(config: WebRLConfig, demonstrations: list[Trajectory], demos_path: Path | None = None) -> Path:
+    """The model SFT starts from: a tiny Llama built from config, SmolLM2-135M, or a given directory.
+
+    The tiny model's tokenizer is trained on `demonstrations`, the successes of the file `demos_path` (by default
+    the one this config records, `demonstrations_path`), and cached under `tiny_model_dir`; it is built under a
+    `build_once`, so that a second process asking for it at the same time waits and reuses it.
+    """
     model = config.model
     if model.base == "smollm2":
         from webrl.modules.model_factory import SMOLLM2_DIR_NAME, convert_smollm2
@@ -187,31 +210,52 @@ def base_model_dir(config: WebRLConfig, demonstrations: list[Trajectory]) -> Pat
         return path
     from webrl.modules.model_factory import build_tiny_model
 
+    if demos_path is None:
+        demos_path = demonstrations_path(config, demonstration_tokenizer(config))
+    target = tiny_model_dir(config, demos_path)
+
+    def build() -> None:
+        corpus = [text for t in demonstrations for step in t.steps for text in (step.prompt, step.response)]
+        tmp = staging_dir(target)
+        build_tiny_model(
+            tmp,
+            corpus,
+            vocab_size=model.tiny_vocab_size,
+            hidden_size=model.tiny_hidden_size,
+            num_layers=model.tiny_layers,
+            num_heads=max(1, model.tiny_hidden_size // 64),
+            seed=config.seed,
+        )
+        shape = (model.tiny_vocab_size, model.tiny_hidden_size, model.tiny_layers, config.seed)
+        publish_model_dir(tmp, target, {"shape": shape, "demonstrations": demos_path.name})
+
+    build_once(target, build)
+    return target
+
+
+def tiny_model_dir(config: WebRLConfig, demos_path: Path) -> Path:
+    """The tiny base model's cache dir: keyed by its shape, the seed and the demonstrations file its BPE tokenizer
+    is trained on.
+
+    The file's name is the demonstrations' own key (`demonstrations_path`): a quick run's few demonstrations (a
+    tokenizer trained on a small corpus has a smaller vocabulary) or another split's (`train` holds the validation
+    tasks' pages that `train_fit` must not see) make a tokenizer of their own, not one every later run reuses.
+    """
+    model = config.model
     shape = (model.tiny_vocab_size, model.tiny_hidden_size, model.tiny_layers, config.seed)
-    target = Path(model.cache_dir) / f"tiny-{cache_key(shape)}"
-    if is_built(target):
-        return target
-    corpus = [text for t in demonstrations for step in t.steps for text in (step.prompt, step.response)]
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    build_tiny_model(
-        tmp,
-        corpus,
-        vocab_size=model.tiny_vocab_size,
-        hidden_size=model.tiny_hidden_size,
-        num_layers=model.tiny_layers,
-        num_heads=max(1, model.tiny_hidden_size // 64),
-        seed=config.seed,
-    )
-    return publish_model_dir(tmp, target, {"shape": shape})
+    return Path(model.cache_dir) / f"tiny-{cache_key(shape, demos_path.name)}"
 
 
 def sft_dir(config: WebRLConfig, base: Path, demos_path: Path) -> Path:
-    """The SFT checkpoint's cache dir: keyed by its start model, settings, numeric precision and demonstrations file."""
+    """The SFT checkpoint's cache dir: keyed by its start model, settings, numeric precision and demonstrations file.
+
+    `sft.demo_concurrency` is held at its default: how many solver episodes ran at once changes no demonstration
+    (their file's key leaves it out too), so it cannot change the SFT actor.
+    """
     key = cache_key(
         str(base),
         demos_path.name,
-        config.sft,
+        dataclasses.replace(config.sft, demo_concurrency=SFTConfig().demo_concurrency),
         config.model.max_length,
         config.env.suite,
         config.seed,
@@ -307,33 +351,57 @@ def train_orm(
 
 
 def ensure_sft(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tuple[Path, list[Trajectory]]:
-    """The cached SFT actor (built on first use) and the demonstrations it was trained on."""
+    """The cached SFT actor (built on first use, once: `build_once`) and the demonstrations it was trained on."""
     if fabric.is_global_zero:
         demos_path, demos = ensure_demonstrations(config, fabric, env)
-        base_model_dir(config, demos)
+        base_model_dir(config, demos, demos_path)
     fabric.barrier()
     if not fabric.is_global_zero:  # rank 0 built them above; the others read the finished file
         demos_path, demos = ensure_demonstrations(config, fabric, env)
-    base = base_model_dir(config, demos)
+    base = base_model_dir(config, demos, demos_path)
     if config.model.actor:
         return Path(config.model.actor), demos
     target = sft_dir(config, base, demos_path)
-    if not is_built(target):
+
+    def build() -> None:
         fabric.print(f"[sft] training {target.name} on {sum(len(t.steps) for t in demos)} demonstration steps")
         train_sft(config, fabric, base, demos, target, settings=config.sft.train)
+
+    build_once(target, build, fabric)
     return target, demos
+
+
+ORM_NEUTRAL_ENV_KEYS = ("test_split", "test_tasks")
+"""`EnvConfig` fields that shape the run's evaluation, which no source of the ORM's data or of its threshold's
+calibration reads (they sample their tasks from `env.train_split` by `orm.rollout_tasks` and their own counts):
+`orm_episode_settings` holds them at their defaults. `env.train_tasks` is not one of them although those sources do
+not read it either: held at its default, it would rename the ORM caches of `webrl_smollm2`, which sets it to 48."""
+
+
+def orm_episode_settings(config: WebRLConfig) -> dict[str, Any]:
+    """The env settings the ORM's caches are keyed by: `EnvConfig.episode_settings`, those of `ORM_NEUTRAL_ENV_KEYS`
+    at their defaults (held rather than left out, so that a config at the defaults keeps the keys built before)."""
+    default = EnvConfig()
+    return {**config.env.episode_settings(), **{key: getattr(default, key) for key in ORM_NEUTRAL_ENV_KEYS}}
+
+
+def orm_data_fields(config: WebRLConfig) -> dict[str, Any]:
+    """What the ORM's keys hash of `orm.data` (`ORMDataConfig.cache_fields`), its `concurrency` at the default:
+    how many scripted episodes run at once changes none of them (the noisy solver draws from a generator seeded by
+    task and step), so it moves no cache."""
+    return dataclasses.replace(config.orm.data, concurrency=ORMDataConfig().concurrency).cache_fields()
 
 
 def orm_dir(config: WebRLConfig, sft: Path) -> Path:
     """The ORM's cache dir: keyed by the SFT actor and every setting of its data (`orm.data`) and training.
 
-    Of `env`, only what shapes episodes counts (`EnvConfig.episode_settings`): another browser build or context
-    reuse makes the same ORM.
+    Of `env`, only what shapes the ORM's episodes counts (`orm_episode_settings`): another browser build, context
+    reuse or evaluation split makes the same ORM; nor does `orm.data.concurrency` count (`orm_data_fields`).
     """
     key = cache_key(
         str(sft),
-        config.orm.cache_fields(),
-        config.env.episode_settings(),
+        {**config.orm.cache_fields(), "data": orm_data_fields(config)},
+        orm_episode_settings(config),
         config.rollout.sampling_fields(),
         config.model.max_length,
         config.seed,
@@ -345,12 +413,12 @@ def orm_dir(config: WebRLConfig, sft: Path) -> Path:
 def orm_data_dir(config: WebRLConfig, sft: Path) -> Path:
     """Where the ORM's training episodes are kept: keyed by what makes them, not by how the ORM trains on them,
     so that a change of `orm.train` reuses them (for SmolLM2 they are 8 minutes of rollouts); of `env`, only what
-    shapes episodes counts (`EnvConfig.episode_settings`)."""
+    shapes these episodes counts (`orm_episode_settings`), and of `orm.data` what `orm_data_fields` gives."""
     key = cache_key(
         str(sft),
         config.orm.rollout_tasks,
-        config.orm.data.cache_fields(),
-        config.env.episode_settings(),
+        orm_data_fields(config),
+        orm_episode_settings(config),
         config.rollout.sampling_fields(),
         config.seed,
         config.fabric.precision,
@@ -364,18 +432,23 @@ def ensure_orm(
     """The cached ORM, built on first use from the evaluator-labelled trajectories of `orm.data`'s sources.
 
     The sources' episodes are kept under `orm_data_dir` beside it, so an interrupted build resumes and a build
-    with other training settings reuses them.
+    with other training settings reuses them. The ORM is built once (`build_once`): a run that needs it while
+    another builds it waits and reuses it; its data is written under a `build_lock` of its own, so that two ORMs of
+    one data set (other training settings) never write its episodes at once.
     """
     if config.model.orm:
         return Path(config.model.orm)
     target = orm_dir(config, sft)
-    if is_built(target):
-        return target
-    data_dir = orm_data_dir(config, sft)
-    builder = ORMDataBuilder(config, fabric, env, data_dir, demonstration_tokenizer(config))
-    trajectories, counts = builder.build(engine, demos)
-    if config.engines.sleep and hasattr(engine, "sleep"):
-        engine.sleep()  # the ORM trains on the GPU the engine shares; the loop wakes it for rollouts
-    fabric.print(f"[orm] training on {len(trajectories)} balanced trajectories\n{format_counts(counts)}")
-    train_orm(config, fabric, sft, trajectories, target, data=counts)
+
+    def build() -> None:
+        data_dir = orm_data_dir(config, sft)
+        with build_lock(data_dir, fabric):
+            builder = ORMDataBuilder(config, fabric, env, data_dir, demonstration_tokenizer(config))
+            trajectories, counts = builder.build(engine, demos)
+        if config.engines.sleep and hasattr(engine, "sleep"):
+            engine.sleep()  # the ORM trains on the GPU the engine shares; the loop wakes it for rollouts
+        fabric.print(f"[orm] training on {len(trajectories)} balanced trajectories\n{format_counts(counts)}")
+        train_orm(config, fabric, sft, trajectories, target, data=counts)
+
+    build_once(target, build, fabric)
     return target

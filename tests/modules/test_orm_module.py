@@ -1,13 +1,17 @@
-"""OutcomeRewardModule: P(YES) scoring, answer-token checks, and overfitting a labelled set."""
+"""OutcomeRewardModule: P(YES) scoring, answer-token checks, fitting long prompts, and overfitting a labelled set."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
+from sample_records import chatml_tokenizer
 from torch.utils.data import DataLoader
 
 from webrl.data.prompts import build_orm_prompt
 from webrl.modules.lm import encode_prompt, load_model_and_tokenizer
+from webrl.modules.losses import yes_probability
 from webrl.modules.orm import OutcomeRewardModule, default_answer_words, orm_scorer, single_token_id
 
 LABELLED = [
@@ -126,3 +130,65 @@ def test_validation_logs_epoch_accuracy_precision_recall_and_auroc(tiny, trainer
     assert logged["orm/val_recall"] == pytest.approx(tp / 3)
     assert logged["orm/val_auroc"] == pytest.approx(_hand_auroc(scores, labels), abs=1e-6)
     assert not any("val_metrics" in key for key in orm.state_dict())  # checkpoints hold weights only
+
+
+INTENT = "buy the red shirt"
+ANSWER = 'exit(message="The order total is 42 dollars")'
+RESPONSES = ['# Element: the add to cart button\ndo(action="Click", element="2")', f"# Note: bought\n{ANSWER}"]
+LONG_PAGE = '<html><button id="2">Add to cart</button></html>\n' * 60
+
+
+def _fitted_text(tokenizer, chat, extra_tokens: int = 40, **wording) -> tuple[str, str, int]:
+    """An ORM prompt over its limit (its page-less form plus `extra_tokens`), the text of its fitted ids, and the
+    limit; the ids fitted by `OutcomeRewardModule.collate` (which `score_prompts` shares)."""
+    prompt = build_orm_prompt(INTENT, RESPONSES, LONG_PAGE, chat_template_tokenizer=chat, **wording)
+    bare = build_orm_prompt(INTENT, RESPONSES, LONG_PAGE, max_chars=1, chat_template_tokenizer=chat, **wording)
+    limit = len(tokenizer(bare)["input_ids"]) + extra_tokens
+    assert len(tokenizer(prompt)["input_ids"]) > limit
+    batch = OutcomeRewardModule.collate(tokenizer, [(prompt, 1.0)], max_length=limit, **wording)
+    ids = batch["input_ids"][0][batch["attention_mask"][0].bool()].tolist()
+    assert len(ids) <= limit
+    return prompt, tokenizer.decode(ids), limit
+
+
+@pytest.mark.parametrize("form", ["completion", "chat"])
+def test_an_over_long_prompt_loses_the_end_of_its_page_not_its_intent_or_answer(tiny, form):
+    """Cut from the left, it would lose the instructions, the intent and the history (holding the final answer)."""
+    if form == "chat":
+        tokenizer = chatml_tokenizer([build_orm_prompt(INTENT, RESPONSES, LONG_PAGE)] * 4, vocab_size=400)
+        chat = tokenizer
+    else:
+        tokenizer, chat = tiny[1], None
+    prompt, text, _ = _fitted_text(tokenizer, chat)
+    for kept in ("You judge whether", INTENT, "42 dollars", "Add to cart"):
+        assert kept in text, kept
+    assert text.count("Add to cart") < prompt.count("Add to cart"), "the page is cut"
+    assert text.endswith(prompt[-30:]), "the prompt still ends where the answer comes"
+
+
+def test_scoring_fits_a_prompt_as_training_does_in_the_judge_s_own_wording(tiny):
+    model, tokenizer = tiny
+    wording = {"system_prompt": "Judge the agent.", "user_template": "Goal: {intent}\nDid: {actions}\nSaw: {page}"}
+    prompt, text, limit = _fitted_text(tokenizer, None, **wording)
+    assert "Judge the agent." in text and INTENT in text and "42 dollars" in text
+    orm = OutcomeRewardModule(model, tokenizer, max_length=limit, **wording)
+    batch = OutcomeRewardModule.collate(tokenizer, [(prompt, 1.0)], max_length=limit, **wording)
+    with torch.no_grad():
+        expected = yes_probability(orm(batch["input_ids"], batch["attention_mask"]), orm.yes_id, orm.no_id)
+    assert torch.allclose(orm.score_prompts([prompt]), expected, atol=1e-6)
+
+
+def test_a_prompt_the_builder_did_not_make_is_still_cut_from_the_left(tiny):
+    _, tokenizer = tiny
+    prompt = "Is this right? " + LONG_PAGE
+    batch = OutcomeRewardModule.collate(tokenizer, [(prompt, 1.0)], max_length=50)
+    assert batch["input_ids"][0].tolist() == encode_prompt(tokenizer, prompt, 50)
+
+
+def test_a_model_directory_without_a_tokenizer_is_named_in_the_error(tiny_dir, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_dir / name, model / name)
+    with pytest.raises(ValueError, match=f"{model}: no loadable tokenizer"):
+        OutcomeRewardModule(model)

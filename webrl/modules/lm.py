@@ -44,6 +44,7 @@ __all__ = [
     "encode_prompt",
     "encode_prompt_action",
     "load_model_and_tokenizer",
+    "load_tokenizer",
     "pad_batch",
     "position_ids_from_mask",
 ]
@@ -61,6 +62,20 @@ def apply_lora(model: PreTrainedModel, lora: LoraSettings) -> PeftModel:
     return get_peft_model(model, config)
 
 
+def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerBase:
+    """The tokenizer saved in the local directory `path` (never the hub), or an error that names the directory.
+
+    transformers' own errors for a directory without a tokenizer name neither the directory nor the files it looked
+    for ("Couldn't instantiate the backend tokenizer ..."), which leaves a user guessing which of a run's models
+    (base, actor, ORM) is incomplete.
+    """
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as err:
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise ValueError(f"{path}: no loadable tokenizer (tokenizer.json / tokenizer_config.json): {reason}") from err
+
+
 def load_model_and_tokenizer(
     path: str | os.PathLike,
     dtype: torch.dtype = torch.float32,
@@ -74,7 +89,7 @@ def load_model_and_tokenizer(
     path = Path(path).expanduser()
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"model directory {path} has no config.json (expected a save_pretrained directory)")
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer = load_tokenizer(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)

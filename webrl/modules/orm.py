@@ -10,18 +10,24 @@ Training is plain SFT: next-token cross-entropy (whole vocabulary) of the answer
 The prompt text is built by `webrl.data.prompts.build_orm_prompt`; this module scores built
 prompt strings (`score_prompts`) and, when that builder is importable, raw parts (`score`).
 
+A prompt over `max_length` tokens is re-built with less of its final page (`fit_orm_prompt`), as the
+actor's are (`webrl.data.collate.StepTokenizer`): cut from the left like other prompts, it would lose
+the judge's instructions, the intent and the action history (whose last line is the final answer)
+before any of the page, and be judged without what it is judged on.
+
 Both answer words must be single tokens of the tokenizer: the tiny tokenizer of
 `webrl.modules.model_factory` adds "YES"/"NO" to its vocabulary; without `answer_words` the first
 single-token pair of `ANSWER_WORD_CANDIDATES` is used (("Yes", "No") for SmolLM2).
 
 Batch schema (`OutcomeRewardModule.collate` from (prompt, label) pairs):
-- `input_ids`, `attention_mask`: (B, T) long, the prompt (any padding side);
+- `input_ids`, `attention_mask`: (B, T) long, the prompt fitted to `max_length` (any padding side);
 - `label`: (B,) float, 1 = success (target YES), 0 = failure (target NO).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +50,12 @@ from webrl.progress import progress_bar
 ANSWER_WORD_CANDIDATES = (("YES", "NO"), ("Yes", "No"), (" YES", " NO"), (" Yes", " No"))
 """Answer pairs tried in order when none is given: the release's YES/NO first, then spellings that
 pretrained BPE vocabularies (SmolLM2's, Llama's) hold as single tokens."""
+
+_MAX_REBUILDS = 8
+"""Rounds of re-building an over-long prompt with a page sized from its characters per token before the page is
+dropped, as `webrl.data.collate.StepTokenizer` does for the actor."""
+_PART_MARKS = {name: f"<<webrl-orm-{name}>>" for name in ("intent", "actions", "page")}
+"""Stand-ins rendered through the prompt builder to find where its three parts sit in a built prompt."""
 
 
 def default_answer_words(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str]:
@@ -72,6 +84,103 @@ def single_token_id(tokenizer: PreTrainedTokenizerBase, word: str) -> int:
             "choose answer_words that are single tokens (e.g. ('Yes', 'No') for SmolLM2)"
         )
     return ids[0]
+
+
+def fit_orm_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str,
+    max_length: int | None,
+    *,
+    system_prompt: str = ORM_SYSTEM_PROMPT,
+    user_template: str = ORM_USER_TEMPLATE,
+) -> list[int]:
+    """The ids of `prompt` within `max_length`, cutting only the end of its final page.
+
+    A prompt over the limit that `build_orm_prompt` made (with this wording, in the tokenizer's form) is re-built
+    from its parts with a page budget sized from the page's characters per token, down to no page at all; the
+    instructions, the intent, the action history and the answer position are kept. A prompt the builder did not
+    make, or one too long without its page, is cut from the left (`encode_prompt`): nothing else of it is known
+    to be safe to cut.
+    """
+    ids = tokenizer(prompt)["input_ids"]
+    if max_length is None or len(ids) <= max_length:
+        return ids
+    forms = (tokenizer, None) if uses_chat_template(tokenizer) else (None,)  # the chat form first, where there is one
+    parts = next((found for form in forms if (found := _orm_parts(prompt, form, system_prompt, user_template))), None)
+    if parts is None:
+        return encode_prompt(tokenizer, prompt, max_length)
+    intent, responses, page, form = parts
+
+    def build(max_chars: int) -> str:
+        return build_orm_prompt(
+            intent,
+            responses,
+            page,
+            max_chars=max_chars,
+            chat_template_tokenizer=form,
+            system_prompt=system_prompt,
+            user_template=user_template,
+        )
+
+    bare = build(1)  # below the size of everything else, the builder drops the whole page
+    bare_ids = tokenizer(bare)["input_ids"]
+    if len(bare_ids) > max_length:
+        return encode_prompt(tokenizer, bare, max_length)
+    for _ in range(_MAX_REBUILDS):
+        page_chars, page_tokens = len(prompt) - len(bare), len(ids) - len(bare_ids)
+        if page_chars <= 0 or page_tokens <= 0:
+            break
+        prompt = build(max(len(bare) + (max_length - len(bare_ids)) * page_chars // page_tokens, 1))
+        ids = tokenizer(prompt)["input_ids"]
+        if len(ids) <= max_length:
+            return ids
+    return bare_ids
+
+
+def _orm_parts(
+    prompt: str, chat: Any, system_prompt: str, user_template: str
+) -> tuple[str, list[str], str, Any] | None:
+    """(intent, responses, final page, form) of `build_orm_prompt`'s `prompt` in the form of `chat`; None when the
+    builder with this wording and form does not give `prompt` back from them.
+
+    The builder is run on stand-ins (`_PART_MARKS`) to learn the text around each part. Were a part's text to hold
+    the text around its neighbours, the history is taken as long as it can be: no response is mistaken for page,
+    which is what fitting cuts. The parts are returned only if the builder gives `prompt` back from them.
+    """
+    skeleton = build_orm_prompt(
+        _PART_MARKS["intent"],
+        [_PART_MARKS["actions"]],
+        _PART_MARKS["page"],
+        max_chars=2**62,
+        chat_template_tokenizer=chat,
+        system_prompt=system_prompt,
+        user_template=user_template,
+    )
+    if skeleton.count(_PART_MARKS["page"]) != 1 or any(skeleton.count(mark) > 1 for mark in _PART_MARKS.values()):
+        return None
+    placed = sorted((skeleton.index(mark), name) for name, mark in _PART_MARKS.items() if mark in skeleton)
+    pattern, end = [], 0
+    for start, name in placed:
+        if start == end and end:  # two parts with nothing between them cannot be told apart
+            return None
+        pattern += [re.escape(skeleton[end:start]), f"(?P<{name}>.*)" if name == "actions" else f"(?P<{name}>.*?)"]
+        end = start + len(_PART_MARKS[name])
+    match = re.fullmatch("".join(pattern) + re.escape(skeleton[end:]), prompt, flags=re.DOTALL)
+    if match is None:
+        return None
+    found = match.groupdict()
+    # The history's lines are the responses with their newlines made "; ", so splitting them gives it back.
+    intent, responses, page = found.get("intent", ""), found.get("actions", "").split("\n"), found["page"]
+    rebuilt = build_orm_prompt(
+        intent,
+        responses,
+        page,
+        max_chars=len(prompt),
+        chat_template_tokenizer=chat,
+        system_prompt=system_prompt,
+        user_template=user_template,
+    )
+    return (intent, responses, page, chat) if rebuilt == prompt else None
 
 
 class OutcomeRewardModule(WebRLModule):
@@ -182,15 +291,23 @@ class OutcomeRewardModule(WebRLModule):
             with torch.no_grad():
                 starts = range(0, len(prompts), batch_size)
                 for start in progress_bar(starts, desc="ORM scoring", unit="batch"):
-                    rows = [
-                        encode_prompt(self.tokenizer, p, self.max_length) for p in prompts[start : start + batch_size]
-                    ]
+                    rows = [self._fit(p) for p in prompts[start : start + batch_size]]
                     ids, mask = pad_batch(rows, self.tokenizer.pad_token_id)
                     last_logits = self(ids.to(device), mask.to(device))
                     out.append(yes_probability(last_logits, self.yes_id, self.no_id).cpu())
         finally:
             self.train(was_training)
         return torch.cat(out) if out else torch.zeros(0)
+
+    def _fit(self, prompt: str) -> list[int]:
+        """`fit_orm_prompt` of `prompt` with this ORM's tokenizer, `max_length` and wording."""
+        return fit_orm_prompt(
+            self.tokenizer,
+            prompt,
+            self.max_length,
+            system_prompt=self.system_prompt,
+            user_template=self.user_template,
+        )
 
     def score(
         self,
@@ -237,9 +354,16 @@ class OutcomeRewardModule(WebRLModule):
         examples: Sequence[tuple[str, float]],
         max_length: int | None = None,
         padding_side: str = "left",
+        *,
+        system_prompt: str = ORM_SYSTEM_PROMPT,
+        user_template: str = ORM_USER_TEMPLATE,
     ) -> dict[str, torch.Tensor]:
-        """An ORM batch (see the module docstring) from (prompt, label) pairs."""
-        rows = [encode_prompt(tokenizer, prompt, max_length) for prompt, _ in examples]
+        """An ORM batch (see the module docstring) from (prompt, label) pairs, each prompt fitted to `max_length`
+        (`fit_orm_prompt`, with the wording the prompts were built in)."""
+        rows = [
+            fit_orm_prompt(tokenizer, prompt, max_length, system_prompt=system_prompt, user_template=user_template)
+            for prompt, _ in examples
+        ]
         input_ids, attention_mask = pad_batch(rows, tokenizer.pad_token_id, padding_side)
         label = torch.tensor([float(y) for _, y in examples], dtype=torch.float32)  # (B,)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "label": label}
