@@ -99,6 +99,13 @@ def train_micro_batch(
     with fabric.no_backward_sync(module, enabled=not optimizer_step):
         with fabric.autocast():
             loss, metrics = module.compute_loss(batch)
+        if not bool(torch.isfinite(loss.detach()).all()):
+            # A NaN or infinite loss would make every gradient, then (through the clip and AdamW) every weight NaN,
+            # and the stage would go on to save and sync that model: stop before the backward instead.
+            raise FloatingPointError(
+                f"{type(getattr(module, 'module', module)).__name__}: the loss is {loss.detach().float().item()} on "
+                f"this micro-batch (its other metrics: {_finite_view(metrics)}); no gradient of it was applied"
+            )
         fabric.backward(loss / (group_size or settings.accumulate))
     if optimizer_step:
         if settings.grad_clip > 0:
@@ -108,6 +115,11 @@ def train_micro_batch(
         if fabric.device.type == "cpu":  # freed activations back to the OS, or the heap grows (webrl.host_memory)
             release_freed_memory()
     return loss, metrics
+
+
+def _finite_view(metrics: dict[str, Any]) -> dict[str, float]:
+    """The scalar metrics of a micro-batch, rounded, for an error message."""
+    return {key: round(float(value), 4) for key, value in metrics.items() if getattr(value, "numel", lambda: 1)() == 1}
 
 
 def train_module(
