@@ -11,6 +11,8 @@ that is the default where torch.distributed is initialised (the phase loop under
 copy is made: the reference is the same network with its adapters disabled, and
 `reset_reference()` folds the adapters' current update into the frozen base weights and zeroes
 them, so "adapters off" is exactly the start-of-phase actor.
+Both forwards run with autocast off by default (`ActorLossConfig.fp32_logprobs`): under `bf16-mixed` their
+difference, the log-ratio, would otherwise be bf16 rounding rather than the update.
 
 Batch schema (`webrl.data.collate.ActorCollator`, or `ActorModule.collate` from (prompt, action,
 advantage) triples) — all (B, T) long unless noted:
@@ -143,20 +145,29 @@ class ActorModule(WebRLModule):
             self.reference.eval()  # π_ref is a fixed function: never in training mode (dropout)
         return self
 
+    def logprob_precision(self, input_ids: torch.Tensor) -> contextlib.AbstractContextManager:
+        """Autocast off around the π and π_ref forwards when `ActorLossConfig.fp32_logprobs`, else unchanged: both
+        the same way, so that their difference, the loss's log-ratio, is not bf16 rounding of each forward."""
+        if not self.loss_config.fp32_logprobs:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=input_ids.device.type, enabled=False)
+
     def policy_logprobs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Differentiable per-token action log-probs under π_θ; (B, T)."""
-        return action_token_logprobs(self.model, batch["input_ids"], batch["attention_mask"], batch["action_mask"])
+        with self.logprob_precision(batch["input_ids"]):
+            return action_token_logprobs(self.model, batch["input_ids"], batch["attention_mask"], batch["action_mask"])
 
     @torch.no_grad()
     def reference_logprob_sum(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Σ log π_ref over each action's tokens; (B,)."""
         args = (batch["input_ids"], batch["attention_mask"], batch["action_mask"])
         if self.uses_lora:
-            with self.model.disable_adapter():
+            with self.model.disable_adapter(), self.logprob_precision(batch["input_ids"]):
                 return action_token_logprobs(self.model, *args).sum(-1)
         if not self.register_reference:
             self.reference.to(batch["input_ids"].device)  # a strategy that places only submodules leaves it behind
-        return action_token_logprobs(self.reference, *args).sum(-1)
+        with self.logprob_precision(batch["input_ids"]):
+            return action_token_logprobs(self.reference, *args).sum(-1)
 
     def critic_advantage(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Advantage (B,) from the attached critic's V(s), V(s') and the step labels."""

@@ -95,6 +95,16 @@ class ActorLossConfig:
     """[P] train every sample; False = [C] mask 1[A > 0], so negatives give no gradient."""
     sft_weight: float = 0.0
     """[C] `add_sft_loss`: weight of −Σlogπ·exp(1 − p̄) on positives, p̄ = policy geometric-mean prob (detached)."""
+    fp32_logprobs: bool = True
+    """Run the π and π_ref log-prob forwards with autocast off: in the fp32 master weights under `*-mixed` precision.
+    The loss regresses on Σlogπ − Σlogπ_ref, a difference of two forwards: moving SmolLM2-135M's weights by 1e-6
+    (one AdamW step at lr 1e-6) moves it by 1e-4 to 1e-3 per action in fp32 (rms 0.0008) but by 0.08 to 0.7 under
+    bf16 autocast (rms 0.44), so the residual's sign would follow rounding. Default on: under `32-true` autocast is
+    off anyway and training is bit-identical. Under `bf16-mixed` the actor's steps pay fp32 compute and activation
+    memory (advantage scoring stays in bf16): a whole SmolLM2 step took 78 s in fp32 against 16.5 s in bf16 on an
+    AVX512-BF16 Xeon, while a CPU that emulates bf16 is faster in fp32 (`webrl_smollm2.yaml`). It cannot help where
+    the weights themselves are bf16, so it changes nothing there and is not refused: `bf16-true`, and FSDP1
+    (`fabric.strategy` fsdp), whose bf16-mixed gathers the weights in bf16."""
 
     def __post_init__(self) -> None:
         """Checked when built: the run config builds it while it is read, before any section's `validate`."""
