@@ -81,9 +81,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 def figures(results: dict, prefix: str = "") -> str:
     """Accuracy, balanced accuracy, precision, recall and AUROC as percentages, those present."""
+    labels = {"agreement": "accuracy", "balanced_accuracy": "balanced accuracy"}
     names = ("agreement", "balanced_accuracy", "precision", "recall", "auroc")
     present = [name for name in names if f"{prefix}orm/{name}" in results]
-    return ", ".join(f"{name} {100 * results[f'{prefix}orm/{name}']:.1f}%" for name in present)
+    return ", ".join(f"{labels.get(name, name)} {100 * results[f'{prefix}orm/{name}']:.1f}%" for name in present)
 
 
 if __name__ == "__main__":
