@@ -31,12 +31,8 @@ from typing import Any
 import torch
 
 from webrl.data.critic_states import CriticState
-from webrl.data.prompts import uses_chat_template
+from webrl.data.prompts import shrink_page, uses_chat_template
 from webrl.data.steps import StepSample
-
-# Rounds of re-building a prompt with a page sized from its characters per token, before
-# falling back to no page at all.
-_MAX_REBUILDS = 8
 
 
 class StepTokenizer:
@@ -119,17 +115,7 @@ class StepTokenizer:
                 f"task {sample.task_id} step {sample.step_index}: the prompt needs {len(bare_ids)} tokens without "
                 f"its page HTML, more than the {limit} allowed (max_length {self.max_length}); raise max_length"
             )
-        # Size the page from its own characters per token; a page denser at its start takes another round.
-        for _ in range(_MAX_REBUILDS):
-            page_chars, page_tokens = len(prompt) - len(bare), len(ids) - len(bare_ids)
-            if page_chars <= 0 or page_tokens <= 0:
-                break
-            budget = len(bare) + (limit - len(bare_ids)) * page_chars // page_tokens
-            prompt = build(max(budget, 1))
-            ids = self.encode(prompt)
-            if len(ids) <= limit:
-                return prompt, ids
-        return bare, bare_ids
+        return shrink_page(build, self.encode, prompt, ids, (bare, bare_ids), limit)
 
 
 def pad(rows: Sequence[Sequence[int]], value: int, padding_side: str = "left") -> torch.Tensor:

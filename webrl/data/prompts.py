@@ -236,3 +236,34 @@ def _orm_messages(system_prompt: str, user: str) -> list[dict[str, str]]:
 
 def _render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+PAGE_REBUILDS = 8
+"""Rounds of re-building an over-long prompt with a page sized from its characters per token (`shrink_page`)."""
+
+
+def shrink_page(
+    build: Callable[[int], str],
+    encode: Callable[[str], list[int]],
+    prompt: str,
+    ids: list[int],
+    bare: tuple[str, list[int]],
+    limit: int,
+) -> tuple[str, list[int]]:
+    """`prompt` re-built by `build(max_chars)` with less page until its `encode`d ids fit `limit`; `bare` (the
+    prompt without its page, which must fit) when no round does.
+
+    Each round sizes the page from the last one's characters per token, so a page denser at its start takes
+    another. The actor's batches (`webrl.data.collate.StepTokenizer`) and the ORM's prompts fit this way: only the
+    end of the page is lost, never the instruction, the history or the answer.
+    """
+    bare_prompt, bare_ids = bare
+    for _ in range(PAGE_REBUILDS):
+        page_chars, page_tokens = len(prompt) - len(bare_prompt), len(ids) - len(bare_ids)
+        if page_chars <= 0 or page_tokens <= 0:
+            break
+        prompt = build(max(len(bare_prompt) + (limit - len(bare_ids)) * page_chars // page_tokens, 1))
+        ids = encode(prompt)
+        if len(ids) <= limit:
+            return prompt, ids
+    return bare_prompt, bare_ids

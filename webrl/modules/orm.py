@@ -39,7 +39,7 @@ from torchmetrics.functional.classification import binary_accuracy
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from webrl.data.labels import OrmScorer, label_with_orm
-from webrl.data.prompts import ORM_SYSTEM_PROMPT, ORM_USER_TEMPLATE, build_orm_prompt, uses_chat_template
+from webrl.data.prompts import ORM_SYSTEM_PROMPT, ORM_USER_TEMPLATE, build_orm_prompt, shrink_page, uses_chat_template
 from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, is_success, orm_accepts
 from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.critic import at_last_token
@@ -51,9 +51,6 @@ ANSWER_WORD_CANDIDATES = (("YES", "NO"), ("Yes", "No"), (" YES", " NO"), (" Yes"
 """Answer pairs tried in order when none is given: the release's YES/NO first, then spellings that
 pretrained BPE vocabularies (SmolLM2's, Llama's) hold as single tokens."""
 
-_MAX_REBUILDS = 8
-"""Rounds of re-building an over-long prompt with a page sized from its characters per token before the page is
-dropped, as `webrl.data.collate.StepTokenizer` does for the actor."""
 _PART_MARKS = {name: f"<<webrl-orm-{name}>>" for name in ("intent", "actions", "page")}
 """Stand-ins rendered through the prompt builder to find where its three parts sit in a built prompt."""
 
@@ -126,15 +123,7 @@ def fit_orm_prompt(
     bare_ids = tokenizer(bare)["input_ids"]
     if len(bare_ids) > max_length:
         return encode_prompt(tokenizer, bare, max_length)
-    for _ in range(_MAX_REBUILDS):
-        page_chars, page_tokens = len(prompt) - len(bare), len(ids) - len(bare_ids)
-        if page_chars <= 0 or page_tokens <= 0:
-            break
-        prompt = build(max(len(bare) + (max_length - len(bare_ids)) * page_chars // page_tokens, 1))
-        ids = tokenizer(prompt)["input_ids"]
-        if len(ids) <= max_length:
-            return ids
-    return bare_ids
+    return shrink_page(build, lambda text: tokenizer(text)["input_ids"], prompt, ids, (bare, bare_ids), max_length)[1]
 
 
 def _orm_parts(
