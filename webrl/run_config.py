@@ -75,9 +75,10 @@ class ResumeConfig:
         until it is allowed (`saved.key 1 → (absent)`), so the keys of config.json and of the accepted changes count.
         """
         at_least("resume.stage_checkpoint_minutes", self.stage_checkpoint_minutes, 0, "(0 = never)")
-        keys = known.keys() | saved_keys(known.get("output_dir"))
-        for entry in self.allow_changes:
-            exists = any(_under(key, entry) for key in keys)
+        unknown = [entry for entry in self.allow_changes if not any(_under(key, entry) for key in known)]
+        saved = saved_keys(known.get("output_dir")) if unknown else set()  # the run's files, read only when needed
+        for entry in unknown:
+            exists = any(_under(key, entry) for key in saved)
             require(
                 exists, "resume.allow_changes", self.allow_changes, f"{entry!r} is not a key or section of the config"
             )
