@@ -133,3 +133,41 @@ def test_webrl_config_cross_checks_name_the_key(overrides, named):
 
     with pytest.raises(ValueError, match=named.replace(".", r"\.")):
         load_config(WebRLConfig, overrides)
+
+
+@dataclass
+class WithMap:
+    names: dict[str, str] = field(default_factory=dict)
+    """placeholder -> value"""
+    optim: Optim = field(default_factory=Optim)
+
+    def validate(self) -> None:
+        if self.optim.lr > 1:
+            raise ConfigError(f"optim.lr={self.optim.lr}: must be <= 1", key="optim.lr")
+        if "bad" in self.names:
+            raise ConfigError("names: 'bad' is not a placeholder", key="names")
+
+
+def test_a_mapping_on_the_command_line_replaces_a_mapping_key(tmp_path):
+    path = tmp_path / "map.yaml"
+    path.write_text("names:\n  A: x\n  B: y\n")
+    assert load_config(WithMap, ["--config", str(path)]).names == {"A": "x", "B": "y"}
+    assert load_config(WithMap, ["--config", str(path), "names={}"]).names == {}
+    assert load_config(WithMap, ["--config", str(path), "names={C: z}"]).names == {"C": "z"}
+    # a section of the schema still takes the keys given over its others
+    assert load_config(WithMap, ["optim={lr: 0.5}"]).optim == Optim(lr=0.5, epochs=1)
+
+
+def test_a_value_a_file_set_that_validate_refuses_names_the_file(tmp_path):
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text("optim:\n  lr: 2.0\n")
+    second.write_text("names:\n  bad: x\n")
+    with pytest.raises(ConfigError, match=r"optim\.lr=2\.0: must be <= 1 \(set in .*first\.yaml\)$"):
+        load_config(WithMap, ["--config", str(first), "--config", str(second)])
+    with pytest.raises(ConfigError, match=r"'bad' is not a placeholder \(set in .*second\.yaml\)$"):
+        load_config(WithMap, ["--config", str(second)])
+    # a value the command line gave over the file's is the command line's: no file is named
+    with pytest.raises(ConfigError, match=r"must be <= 1$"):
+        load_config(WithMap, ["--config", str(first), "optim.lr=3.0"])
+    with pytest.raises(ConfigError, match=r"must be <= 1$"):
+        load_config(WithMap, ["--config", str(first), "optim={lr: 3.0}"])

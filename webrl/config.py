@@ -49,17 +49,23 @@ def load_config(
     wants_yaml = "--print-config" in argv
     config_files, overrides = _split_argv([item for item in argv if item not in ("--help", "-h", "--print-config")])
     # --help shows the keys a file requires (`???`) with the value they would otherwise have, rather than stop.
-    merged = _merge_files(OmegaConf.structured(schema), (default_file, *config_files), required=not wants_help)
+    set_in_files: dict[str, Path] = {}
+    merged = _merge_files(
+        OmegaConf.structured(schema), (default_file, *config_files), required=not wants_help, set_in=set_in_files
+    )
     from_environment = _apply_environment(merged, environment or {})
+    for key in from_environment:
+        _forget(set_in_files, key)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value (see --help for the keys)")
         key, _, raw = item.partition("=")
         try:
-            OmegaConf.update(merged, key.strip(), _parse_value(raw), merge=True, force_add=False)
+            _override(merged, key.strip(), _parse_value(raw))
         except OmegaConfBaseException as err:
             raise ConfigError(f"command-line override {item!r}: {_describe_error(err)}") from None
         from_environment.pop(key.strip(), None)
+        _forget(set_in_files, key.strip())
     if missing := _required_keys(merged):
         raise ConfigError(f"no value for {', '.join(missing)}: a config file requires them (???); give key=value")
     try:
@@ -72,7 +78,7 @@ def load_config(
     if wants_help:
         print(help_text(config, usage, help_keys, _sources(default_file, environment or {})))
         raise SystemExit(0)
-    _check(config, from_environment)
+    _check(config, from_environment, set_in_files)
     if wants_yaml:
         print(OmegaConf.to_yaml(config), end="")
         raise SystemExit(0)
@@ -122,11 +128,18 @@ def resolve_config_file(name: str | Path) -> Path:
     raise ConfigError(f"config file not found: {name} (neither a file nor a packaged config: {names})")
 
 
-def _merge_files(merged: DictConfig, paths: Sequence[str | Path | None], *, required: bool = True) -> DictConfig:
+def _merge_files(
+    merged: DictConfig,
+    paths: Sequence[str | Path | None],
+    *,
+    required: bool = True,
+    set_in: dict[str, Path] | None = None,
+) -> DictConfig:
     """`merged` with each YAML file of `paths` merged over it, in order; bad files are one-line errors.
 
     Each entry is a path or a packaged config's name (`resolve_config_file`). With `required`, a key a file sets
-    to `???` has no value until a later file or an override gives one.
+    to `???` has no value until a later file or an override gives one. `set_in`, when given, receives the file
+    that last set each dotted key, so that a value the schema's checks refuse can be traced to its file.
     """
     for path in paths:
         if path is None:
@@ -150,7 +163,47 @@ def _merge_files(merged: DictConfig, paths: Sequence[str | Path | None], *, requ
             # A merge keeps the value under a `???`, so a key a file requires would quietly keep an earlier file's
             # value (the tiny model under a paper-scale config); it is set missing again, to be given later.
             OmegaConf.update(merged, key, "???", force_add=False)
+        if set_in is not None:
+            set_in.update(dict.fromkeys(_leaf_keys(loaded), path))
     return merged
+
+
+def _leaf_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    """The dotted keys a YAML file gives values to (an empty mapping counts as a value)."""
+    keys = []
+    for key in node:
+        dotted = f"{prefix}{key}"
+        child = None if OmegaConf.is_missing(node, key) else node[key]
+        if isinstance(child, DictConfig) and len(child):
+            keys.extend(_leaf_keys(child, dotted + "."))
+        else:
+            keys.append(dotted)
+    return keys
+
+
+def _forget(set_in: dict[str, Path], key: str) -> None:
+    """Drop `key` and the keys under it from `set_in`: a later source (environment, command line) set them."""
+    for known in [k for k in set_in if k == key or k.startswith(key + ".")]:
+        del set_in[known]
+
+
+def _file_of(set_in: Mapping[str, Path], key: str) -> Path | None:
+    """The file that set `key`, a key under it (a mapping's entry) or a key above it; None where none did."""
+    for known, path in set_in.items():
+        if known == key or known.startswith(key + ".") or key.startswith(known + "."):
+            return path
+    return None
+
+
+def _override(merged: DictConfig, key: str, value: Any) -> None:
+    """Set `key=value` from the command line: a mapping given to a plain mapping key replaces it, as a list does.
+
+    `env.url_map={}` must empty the map a file gave; merging would keep every entry. A section of the schema
+    (a dataclass, e.g. `actor.loss={beta: 0.5}`) still takes the given keys over its others.
+    """
+    node = OmegaConf.select(merged, key, throw_on_missing=False)
+    replaces = isinstance(value, dict) and isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict
+    OmegaConf.update(merged, key, value, merge=not replaces, force_add=False)
 
 
 def _required_keys(node: DictConfig, prefix: str = "") -> list[str]:
@@ -180,8 +233,8 @@ def _apply_environment(merged: DictConfig, environment: Mapping[str, str]) -> di
     return applied
 
 
-def _check(config: Any, from_environment: Mapping[str, str]) -> None:
-    """Every number finite, then the schema's own `validate`; an error on a key set by the environment names it."""
+def _check(config: Any, from_environment: Mapping[str, str], set_in_files: Mapping[str, Path]) -> None:
+    """Every number finite, then the schema's own `validate`; an error names the variable or file that set its key."""
     try:
         finite_numbers(config)
         validate = getattr(config, "validate", None)
@@ -190,6 +243,9 @@ def _check(config: Any, from_environment: Mapping[str, str]) -> None:
     except ConfigError as err:
         if err.key in from_environment:
             raise ConfigError(f"{err} (from ${from_environment[err.key]})", key=err.key) from None
+        path = _file_of(set_in_files, err.key) if err.key else None
+        if path is not None:
+            raise ConfigError(f"{err} (set in {path})", key=err.key) from None
         raise
 
 
