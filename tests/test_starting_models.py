@@ -23,6 +23,7 @@ from sample_records import build_trajectory
 
 import webrl.starting_models as starting_models
 import webrl.training as training
+from webrl.code_version import code_version
 from webrl.config import load_config
 from webrl.data.atomic_io import write_text_atomic
 from webrl.data.prompts import trajectory_orm_prompt
@@ -33,6 +34,7 @@ from webrl.starting_models import (
     cache_key,
     collect_demonstrations,
     demonstration_tokenizer,
+    demonstrations_done,
     demonstrations_path,
     ensure_orm,
     ensure_sft,
@@ -267,6 +269,7 @@ from pathlib import Path
 sys.path[:0] = [{tests!r}, {code!r}]  # this test's records and the webrl it imported
 from sample_records import build_trajectory
 import webrl.modules.model_factory as factory
+from webrl.code_version import code_version
 from webrl.config import load_config
 from webrl.loop_config import WebRLConfig
 from webrl.starting_models import base_model_dir
@@ -361,6 +364,7 @@ def test_demonstrations_asked_for_twice_at_once_are_collected_once(tmp_path):
     first, second = _at_once(lambda: collect_demonstrations(env, path, limit=2, concurrency=1, progress=False))
     assert env.runs == 1
     assert [t.task.task_id for t in first] == [t.task.task_id for t in second] == ["t0", "t1"]
+    assert json.loads(demonstrations_done(path).read_text())["code"] == code_version()  # who recorded them
 
 
 def test_an_sft_actor_asked_for_twice_at_once_is_trained_once(tmp_path, fabric, monkeypatch):

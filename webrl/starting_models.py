@@ -22,6 +22,7 @@ from typing import Any
 
 from lightning.fabric import Fabric
 
+from webrl.code_version import code_version
 from webrl.data.atomic_io import write_text_atomic
 from webrl.data.datamodule import ReplayDataModule, setup_loader
 from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
@@ -77,7 +78,8 @@ def collect_demonstrations(
     build_once(
         out_path,
         lambda: _run_solver(env, out_path, limit, concurrency, tokenizer, progress),
-        done=lambda path: path.with_name(path.name + ".done").exists(),
+        done=lambda path: demonstrations_done(path).exists(),
+        marker=demonstrations_done,
     )
     trajectories = read_trajectories(out_path)
     # The file keeps the site URLs of the launch that collected it, and the embedded sites take a free port at
@@ -122,7 +124,12 @@ def _run_solver(
     for trajectory in trajectories:
         _label_with_outcome(trajectory)
     write_trajectories(out_path, trajectories)
-    write_text_atomic(out_path.with_name(out_path.name + ".done"), "")
+    write_text_atomic(demonstrations_done(out_path), json.dumps({"code": code_version()}))
+
+
+def demonstrations_done(path: Path) -> Path:
+    """The marker written once every demonstration of `path` is in: it holds the code that recorded them."""
+    return path.with_name(path.name + ".done")
 
 
 def _label_with_outcome(trajectory: Trajectory) -> None:

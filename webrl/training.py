@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import json
 import logging
 import math
 import shutil
@@ -212,20 +213,55 @@ def staging_dir(target: Path) -> Path:
 
 
 def build_once(
-    target: Path, build: Callable[[], object], fabric: Fabric | None = None, *, done: Callable[[Path], bool] = is_built
+    target: Path,
+    build: Callable[[], object],
+    fabric: Fabric | None = None,
+    *,
+    done: Callable[[Path], bool] = is_built,
+    marker: Callable[[Path], Path] = lambda target: target / DONE_MARKER,
 ) -> None:
     """Run `build()` unless `done(target)`: under `build_lock`, asking `done` again once the lock is held, so that of
     two processes that need `target` at once one builds it and the other reuses it.
 
     Under several processes of one run (`fabric`), every rank goes by rank 0's answers, and `build` runs on all of
     them: were a rank to see another run's entry appear a moment before rank 0 does, it would skip a build whose
-    collectives the others wait in.
+    collectives the others wait in. An entry reused as it was found is checked against the code that built it
+    (`marker(target)`'s JSON, see `warn_if_built_by_other_code`).
     """
     if _agreed(done(target), fabric):
+        if fabric is None or fabric.is_global_zero:
+            warn_if_built_by_other_code(target, marker(target))
         return
     with build_lock(target, fabric):
         if not _agreed(done(target), fabric):  # built by another process while this one waited
             build()
+
+
+def warn_if_built_by_other_code(target: Path, marker: Path) -> bool:
+    """Warn (and return True) where the code recorded in `marker` (`{"code": code_version()}`) is not this code's.
+
+    Cache keys hold the settings and data an entry depends on, not the code: keying by commit would rebuild a
+    two-hour SFT actor after every commit. A change to the code that records demonstrations or trains a model
+    therefore reuses what older code built; this says so, naming both commits, so that it is never silent. A
+    marker without a record (older entries) or a checkout without git says nothing.
+    """
+    try:
+        built = json.loads(marker.read_text()).get("code") or {}
+    except (OSError, ValueError, AttributeError):
+        return False
+    current = code_version()
+    field = "commit" if built.get("commit") and current["commit"] else "webrl"
+    if not built.get(field) or not current[field] or built[field] == current[field]:
+        return False
+    log.warning(
+        "%s: reusing a cache entry built by %s %s, not by this code (%s): caches are keyed by settings and data, "
+        "not code; delete it to rebuild it with this code",
+        target,
+        field,
+        built[field],
+        current[field],
+    )
+    return True
 
 
 def _agreed(answer: bool, fabric: Fabric | None) -> bool:
