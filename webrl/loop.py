@@ -49,10 +49,10 @@ from webrl.inference.rollout_metrics import rollout_counts
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import agreement, errored, infra_errors, success_by_site
 from webrl.modules.orm import orm_scorer
-from webrl.phase_record import close_phase, finish_stage
+from webrl.phase_record import close_phase, finish_stage, shared_state
 from webrl.phase_training import critic_scorer, filter_replay, sample_by_steps, train_actor, train_critic
 from webrl.run_layout import RunLayout
-from webrl.run_state import RunState, seed_everything_for, stage_seed
+from webrl.run_state import seed_everything_for, stage_seed
 from webrl.web_environment import WebEnvironment
 
 GENERATING_STAGES = ("rollouts", "sync", "evaluate")
@@ -90,7 +90,7 @@ class PhaseLoop:
         self.orm_threshold = config.reward.threshold if orm_threshold is None else orm_threshold
         self.demonstrations = demonstrations
         self.layout = RunLayout(config.output_dir)
-        self.state = RunState.load(self.layout.state_path)
+        self.state = shared_state(fabric, self.layout)
         self.engine_link = EngineLink(config, engine)
         self.stages: tuple[tuple[str, Callable[[int], dict[str, float]]], ...] = (
             ("curriculum", self._curriculum),

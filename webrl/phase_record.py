@@ -2,8 +2,8 @@
 
 Kept apart from `PhaseLoop` (which decides what runs) because this is the part a crash must not tear:
 each writer saves first and marks done after (`run_state.json`), with a `WEBRL_FAULT` point between the
-two for the crash tests (`webrl.data.atomic_io.fault_point`). Both run on rank 0 and end with a barrier
-after which every rank reads the new state, so both return that state.
+two for the crash tests (`webrl.data.atomic_io.fault_point`). Both run on rank 0 and end with rank 0's new state
+sent to every rank (`shared_state`), so both return that state.
 """
 
 from __future__ import annotations
@@ -29,8 +29,20 @@ def finish_stage(
         fault_point(f"stage:{phase}:{stage}:written")
         state.mark(phase, stage, layout.state_path)
         fault_point(f"stage:{phase}:{stage}:marked")
-    fabric.barrier()
-    return RunState.load(layout.state_path)
+    return shared_state(fabric, layout)
+
+
+def shared_state(fabric: Fabric, layout: RunLayout) -> RunState:
+    """`run_state.json` as rank 0 reads it, on every rank, once rank 0 has written all it wrote before this call.
+
+    The state decides which stage each rank runs next, so the ranks must share one reading. Were each rank to read
+    the file after a barrier, a rank that read late (descheduled, a slow shared filesystem) could find a stage that
+    rank 0 has meanwhile run and marked (phase 0's critic and actor have no collective to hold rank 0 back), skip
+    it, and from then on meet rank 0's collectives one stage apart. The broadcast is also the barrier.
+    """
+    if fabric.world_size == 1:
+        return RunState.load(layout.state_path)
+    return fabric.broadcast(RunState.load(layout.state_path) if fabric.is_global_zero else None, src=0)
 
 
 def phase_record(layout: RunLayout, phase: int) -> dict[str, Any]:
@@ -65,5 +77,4 @@ def close_phase(fabric: Fabric, state: RunState, layout: RunLayout, phase: int, 
         state.history = [kept for kept in state.history if kept.get("phase") != phase] + [record]
         state.mark(phase, "checkpoint", layout.state_path)
         fault_point(f"stage:{phase}:checkpoint:marked")
-    fabric.barrier()
-    return RunState.load(layout.state_path)
+    return shared_state(fabric, layout)
