@@ -283,6 +283,27 @@ def test_a_branch_leaves_out_a_change_its_source_accepted_after_the_stages_it_ke
         assert kept == records, after
 
 
+def test_a_branch_of_a_branch_before_a_change_its_config_holds_is_refused(tmp_path):
+    source = _in_phase_one(tmp_path / "source", STAGES[: STAGES.index("sync") + 1])
+    argv = [f"output_dir={source.root}", "actor.train.lr=0.0003", "resume.allow_changes=[actor.train.lr]"]
+    webrl.keep_config(source.root, webrl.recipe_config(argv))  # the change runs from phase 1's evaluation on
+    RunState.load(source.state_path).mark(1, "evaluate", source.state_path)
+    first = RunBranch(source.root, 1, "evaluate").write(tmp_path / "first")
+    assert json.loads(first.config_path.read_text())["actor"]["train"]["lr"] == 0.0003  # held by its config.json
+    # Phase 1's critic ran with 0.0001; a branch of `first` there would start from 0.0003.
+    with pytest.raises(ValueError, match=rf"holds changes of actor\.train\.lr .*branch its source {source.root}"):
+        RunBranch(first.root, 1, "critic")
+    assert (
+        json.loads(RunBranch(source.root, 1, "critic").write(tmp_path / "direct").config_path.read_text())["actor"][
+            "train"
+        ]["lr"]
+        == 0.0001
+    )
+    # at or after the change, the branch of the branch keeps what its source ran with
+    again = RunBranch(first.root, 1, "evaluate").write(tmp_path / "again")
+    assert json.loads(again.config_path.read_text())["actor"]["train"]["lr"] == 0.0003
+
+
 def test_a_relaunch_from_the_branch_config_goes_on_in_the_branch_not_in_its_source(tmp_path, monkeypatch):
     source = _in_phase_one(tmp_path / "source", STAGES[: STAGES.index("critic") + 1])
     branched = RunBranch(source.root, 1, "critic").write(tmp_path / "branch")

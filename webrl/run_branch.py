@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from webrl.config_checks import read_run_file
 from webrl.curriculum.state import STATE_FILE
 from webrl.data.atomic_io import publish_dir, write_json_atomic, write_text_atomic
 from webrl.data.replay import ReplayBuffer
@@ -64,10 +65,33 @@ class RunBranch:
             )
         self.phase = phase
         self.after = after
+        self._refuse_changes_held_by_config()
         self.done = list(STAGES[: STAGES.index(after) + 1])
         """The stages of `phase` the branch has done."""
         self.closed = phase + 1 if after == STAGES[-1] else phase
         """Phases before this one are closed (recorded in history and phases.csv)."""
+
+    def _refuse_changes_held_by_config(self) -> None:
+        """Refuse a branch of a branch before a change that the source branch's config.json already holds.
+
+        A branch writes the settings in force at its branch point into its config.json (so that `--config` on it
+        relaunches with them) and keeps their records; `effective_config` applies records, it cannot undo one. Taken
+        before such a change, a branch would start from values its kept stages never ran with; the source of the
+        branch holds the settings from before the change.
+        """
+        if not self.source.branch_path.is_file():
+            return
+        point = read_run_file(self.source.branch_path, dict)
+        held = [
+            record for record in change_records(self.source.root) if in_force(record, point["phase"], point["after"])
+        ]
+        undone = [record for record in held if not in_force(record, self.phase, self.after)]
+        if undone:
+            keys = ", ".join(key for record in undone for key in record["changes"])
+            raise ValueError(
+                f"{self.source.root} is a branch whose config.json holds changes of {keys} that came after phase "
+                f"{self.phase}'s {self.after}; branch its source {point['source']} at that point instead"
+            )
 
     def files(self) -> list[Path]:
         """The stage outputs the branch copies, relative to the run directory (run-level records aside)."""
