@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
+from webrl.data.atomic_io import read_jsonl
 from webrl.data.trajectory import (
     Task,
     TrajectoryFileError,
@@ -50,6 +52,40 @@ def test_writer_truncates_a_torn_tail_before_appending(tmp_path, make_trajectory
     with pytest.warns(UserWarning, match="torn last line"), TrajectoryWriter(path, fsync=False) as writer:
         writer.write(after)
     assert read_trajectories(path) == [before, after]
+
+
+def test_writer_keeps_a_whole_last_record_that_lost_only_its_newline(tmp_path, make_trajectory):
+    path = tmp_path / "t.jsonl"
+    first, second = make_trajectory("a"), make_trajectory("b")
+    with TrajectoryWriter(path, fsync=False) as writer:
+        writer.write(first)
+        writer.write(second)
+    path.write_bytes(path.read_bytes()[:-1])  # the crash came after the record and before its newline
+    assert read_trajectories(path) == [first, second]  # what a resumed rollout counts as finished
+    third = make_trajectory("c")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with TrajectoryWriter(path, fsync=False) as writer:
+            writer.write(third)
+    assert [t.task.task_id for t in read_trajectories(path)] == ["a", "b", "c"]
+    assert read_trajectories(path) == [first, second, third]
+    assert [str(w.message) for w in caught] == []
+    records, dropped = read_jsonl(path)
+    assert [number for number, _ in records] == [1, 2, 3] and dropped == 0
+    assert path.read_bytes().count(b"\n") == 3 and path.read_bytes().endswith(b"\n")
+
+
+def test_writer_drops_half_a_record_with_a_warning_and_keeps_the_whole_ones(tmp_path, make_trajectory):
+    path = tmp_path / "t.jsonl"
+    first = make_trajectory("a")
+    write_trajectories(path, [first])
+    half = json.dumps(make_trajectory("b").to_dict()).encode()
+    with path.open("ab") as handle:
+        handle.write(half[: len(half) // 2])
+    torn = rf"t\.jsonl: dropping a torn last line \({len(half) // 2} bytes\)"
+    with pytest.warns(UserWarning, match=torn), TrajectoryWriter(path, fsync=False) as writer:
+        writer.write(make_trajectory("c"))
+    assert [t.task.task_id for t in read_trajectories(path)] == ["a", "c"]
 
 
 def test_bad_middle_line_names_file_and_line(tmp_path, make_trajectory):

@@ -167,9 +167,9 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[tuple[int, Any]], int]:
     """The (line number, record) pairs of a JSONL file, and how many torn lines were dropped (0 or 1).
 
     Only the last line can be torn (the writers append whole fsynced lines): when it has no newline
-    and is not a whole JSON object (a half line, a multibyte character cut short) it is dropped with
-    a warning. Any other line that does not decode is an error naming the file and the line, since
-    skipping data silently would bias training.
+    and is not a whole JSON object (a half line, a multibyte character cut short; `is_torn_tail`) it
+    is dropped with a warning. Any other line that does not decode is an error naming the file and
+    the line, since skipping data silently would bias training.
     """
     path = Path(path)
     lines = path.read_bytes().split(b"\n")
@@ -181,18 +181,30 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[tuple[int, Any]], int]:
     if not tail.strip():
         return records, 0
     number = len(lines) + 1
-    try:
-        record = json.loads(tail.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        record = None
-    if not isinstance(record, dict):
+    if is_torn_tail(tail):
         warnings.warn(
             f"{path}:{number}: dropping a torn last line ({len(tail)} bytes) left by an interrupted write",
             stacklevel=2,
         )
         return records, 1
-    records.append((number, record))
+    records.append((number, _decode(path, number, tail)))
     return records, 0
+
+
+def is_torn_tail(tail: bytes) -> bool:
+    """Whether the bytes after a JSONL file's last newline are a torn line that readers and appenders drop.
+
+    A tail that decodes as a whole JSON object is not torn: the crash came after the record and before its
+    newline, so the record is kept. `read_jsonl` and `webrl.data.trajectory.TrajectoryWriter` both ask here,
+    so that a resumed rollout never deletes an episode its resume logic has counted as finished.
+    """
+    if not tail.strip():
+        return False
+    try:
+        record = json.loads(tail.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return True
+    return not isinstance(record, dict)
 
 
 def _decode(path: Path, number: int, raw: bytes) -> Any:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from webrl.data.atomic_io import JsonlError, fsync_dir, read_jsonl, write_jsonl_atomic
+from webrl.data.atomic_io import JsonlError, fsync_dir, is_torn_tail, read_jsonl, write_jsonl_atomic
 
 SCHEMA_VERSION = 1
 
@@ -250,14 +250,14 @@ def _only_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 class TrajectoryWriter:
     """Append trajectories to a JSONL file, one flushed (and fsynced) line each.
 
-    A torn last line left by an earlier crash is truncated away on open, so that new lines never
-    follow a partial one.
+    On open, a torn last line left by an earlier crash is truncated away, so that new lines never
+    follow a partial one; a whole last record that lost only its newline gets it back and is kept.
     """
 
     def __init__(self, path: str | os.PathLike, fsync: bool = True) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _truncate_torn_tail(self.path)
+        _repair_tail(self.path)
         created = not self.path.exists()
         self._file = self.path.open("a", encoding="utf-8")
         self._fsync = fsync
@@ -280,7 +280,12 @@ class TrajectoryWriter:
         self.close()
 
 
-def _truncate_torn_tail(path: Path) -> None:
+def _repair_tail(path: Path) -> None:
+    """End the file on a newline before appending: complete a whole last record, cut a torn one.
+
+    Whether the tail is torn is `is_torn_tail`'s answer, the one `read_jsonl` gives, so an episode the
+    reader counts as finished is kept here too.
+    """
     if not path.exists() or path.stat().st_size == 0:
         return
     with path.open("rb+") as handle:
@@ -288,10 +293,14 @@ def _truncate_torn_tail(path: Path) -> None:
         if data.endswith(b"\n"):
             return
         keep = data.rfind(b"\n") + 1
-        warnings.warn(
-            f"{path}: dropping a torn last line ({len(data) - keep} bytes) left by an interrupted write", stacklevel=2
-        )
-        handle.truncate(keep)
+        if is_torn_tail(data[keep:]):
+            warnings.warn(
+                f"{path}: dropping a torn last line ({len(data) - keep} bytes) left by an interrupted write",
+                stacklevel=2,
+            )
+            handle.truncate(keep)
+        else:
+            handle.write(b"\n")
         handle.flush()
         os.fsync(handle.fileno())
 
