@@ -7,7 +7,9 @@ import json
 import pytest
 from sample_records import PAGES, RESPONSES, write_result_dir
 
+from webrl.data.critic_states import critic_states
 from webrl.data.prompts import ORM_SYSTEM_PROMPT, build_actor_prompt
+from webrl.data.steps import trajectory_to_samples
 from webrl.data.traces import import_trace_dir, orm_examples, sft_examples, write_sharegpt
 from webrl.data.trajectory import Task, TrajectoryFileError
 from webrl.env.actions import action_record
@@ -33,6 +35,23 @@ def test_trace_dir_imports_into_trajectories(tmp_path):
     # The rebuilt prompt is the release's completion-form prompt for the same rounds.
     assert first.steps[1].prompt == build_actor_prompt(first.task.intent, [RESPONSES[0]], PAGES[1])
     assert "Round 0\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\nHow much" in first.steps[1].prompt
+
+
+def test_the_same_task_from_two_result_dirs_gets_two_ids_each_stable_on_re_import(tmp_path):
+    write_result_dir(tmp_path / "phase1", {"3": ("Show order 12", 1.0, 2)})
+    write_result_dir(tmp_path / "phase2", {"3": ("Show order 12", 0.0, 2)})
+    (solved,) = import_trace_dir(tmp_path / "phase1", read_action=action_record)
+    (failed,) = import_trace_dir(tmp_path / "phase2", read_action=action_record)
+    assert solved.trajectory_id != failed.trajectory_id
+    assert solved.trajectory_id.startswith("trace-") and solved.trajectory_id.endswith("-3")
+    (again,) = import_trace_dir(tmp_path / "phase1" / ".." / "phase1", read_action=action_record)
+    assert again.trajectory_id == solved.trajectory_id
+    replayed, current = trajectory_to_samples(solved), trajectory_to_samples(failed)
+    # Each two-step trajectory has three distinct states (s_0, s_1 and the last s'), all sharing text.
+    assert [s.text for s in critic_states(replayed)] == [s.text for s in critic_states(current)]
+    states = critic_states(current + replayed)
+    assert len(states) == 3 + 3
+    assert [state.outcome for state in states] == [0.0] * 3 + [1.0] * 3
 
 
 def test_known_task_configs_are_used(tmp_path):

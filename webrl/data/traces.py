@@ -14,6 +14,7 @@ label, and the ORM system prompt in a `system` column).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
@@ -48,7 +49,8 @@ def import_trace_dir(
     skipped with a warning. Step prompts are re-built with the project's builder, which produces
     the release's completion-form prompt for the same intent, responses and page. `read_action` parses
     each response (`webrl.env.actions.parse_action`); it is passed in because the action grammar belongs
-    to the environment, which this record layer does not import.
+    to the environment, which this record layer does not import. Trajectory ids come from
+    `trace_trajectory_id`, so that two result dirs holding the same task never share one.
     """
     root = Path(result_dir)
     if not root.is_dir():
@@ -75,6 +77,7 @@ def import_trace_dir(
                 task,
                 records,
                 score,
+                trajectory_id=trace_trajectory_id(root, task.task_id),
                 phase=phase,
                 max_chars=max_chars,
                 tokenizer=chat_template_tokenizer,
@@ -84,6 +87,16 @@ def import_trace_dir(
     if unfinished:
         warnings.warn(f"{root}: skipped {len(unfinished)} unfinished tasks: {', '.join(unfinished)}", stacklevel=2)
     return trajectories
+
+
+def trace_trajectory_id(result_dir: str | os.PathLike, task_id: str) -> str:
+    """`trace-<12 hex of the resolved result dir's sha256>-<task_id>`: unique per result dir, the same on re-import.
+
+    Result dirs of different runs or phases hold the same task ids; an id of the task alone would merge
+    their trajectories wherever steps are keyed by trajectory (critic states, step values).
+    """
+    digest = hashlib.sha256(str(Path(result_dir).resolve()).encode("utf-8")).hexdigest()[:12]
+    return f"trace-{digest}-{task_id}"
 
 
 def _task_order(path: Path) -> tuple[int, str]:
@@ -125,6 +138,7 @@ def _to_trajectory(
     records: list[dict[str, Any]],
     score: float,
     *,
+    trajectory_id: str,
     phase: int,
     max_chars: int,
     tokenizer: Any,
@@ -134,7 +148,7 @@ def _to_trajectory(
         task=task,
         eval_reward=score,
         phase=phase,
-        trajectory_id=f"trace-{task.task_id}",
+        trajectory_id=trajectory_id,
         metadata={"source": "vab_trace"},
     )
     for i, record in enumerate(records):
