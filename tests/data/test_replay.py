@@ -160,6 +160,20 @@ def test_filter_caps_at_twice_current_steps_reproducibly(make_trajectory):
     assert len(uncapped) == 20
 
 
+def test_a_fractional_cap_ratio_keeps_the_whole_floor_and_records_it(make_trajectory, tmp_path):
+    # 0.29 x 100 is 28.999999999999996 in floating point; the cap is still 29 steps.
+    trajectories, table = _experience(make_trajectory, [0.6 + 0.003 * i for i in range(100)])
+    scores_path = tmp_path / "replay_scores.json"
+    config = ReplayFilterConfig(cap_ratio=0.29)
+    kept = filter_by_perplexity(
+        trajectories, TableScorer(table), current_steps=100, config=config, scores_path=scores_path
+    )
+    assert len(kept) == 29
+    record = json.loads(scores_path.read_text())
+    assert record["window"]["cap"] == 29
+    assert sum(step["kept"] for step in record["steps"]) == 29 and len(record["steps"]) == 100
+
+
 def test_filter_uses_only_first_success_of_a_task(make_trajectory):
     first = make_trajectory("a", intent="same", num_steps=2, outcome=1.0)
     second = make_trajectory("b", intent="same", num_steps=2, outcome=1.0)

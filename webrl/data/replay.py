@@ -19,6 +19,7 @@ left to learn), shuffled by seed and capped at twice the current phase's step co
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import warnings
@@ -271,6 +272,17 @@ def _gather_interleaved(local: list[float], total: int, world: int, fabric: Any)
     return [float(gathered[j % world, j // world]) for j in range(total)]
 
 
+_CAP_TOLERANCE = 1e-9
+"""Added to `cap_ratio x current steps` before flooring, so that float rounding (0.29 x 100 = 28.999…) loses no step."""
+
+
+def _replay_cap(cap_ratio: float | None, current_steps: int) -> int | None:
+    """How many replayed steps the filter keeps at most: `cap_ratio` x `current_steps`, floored; None for no cap."""
+    if cap_ratio is None:
+        return None
+    return math.floor(cap_ratio * current_steps + _CAP_TOLERANCE)
+
+
 def filter_by_perplexity(
     experience: Iterable[Trajectory],
     score: Scorer,
@@ -314,15 +326,16 @@ def filter_by_perplexity(
         if config.in_window(probability):
             kept.append(sample)
     random.Random(config.seed).shuffle(kept)
-    if config.cap_ratio is not None:
-        kept = kept[: int(config.cap_ratio * current_steps)]
+    cap = _replay_cap(config.cap_ratio, current_steps)
+    if cap is not None:
+        kept = kept[:cap]
     if scores_path is not None and _world(fabric)[1] == 0:
         window = {
             "low": config.low,
             "high": config.high,
             "low_inclusive": config.low_inclusive,
             "high_inclusive": config.high_inclusive,
-            "cap": None if config.cap_ratio is None else int(config.cap_ratio * current_steps),
+            "cap": cap,
         }
         write_json_atomic(scores_path, replay_scores_record(samples, scores, kept, window), indent=None)
     return kept
