@@ -10,6 +10,7 @@ from env_helpers import page_task
 from webrl.env.backend import WebArenaBackend
 from webrl.env.evaluators import MissingHelperError, clean_answer, evaluate_task, string_match, url_match
 from webrl.env.tasks import load_tasks
+from webrl.metrics import success_by_site
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -194,12 +195,14 @@ _HELPER = {
     ids=["missing-helper", "undecided-judge"],
 )
 def test_an_evaluator_that_fails_ends_its_episode_as_error(run, pool, pages, eval_block, judge, reason):
-    """One mechanism for any evaluator failure: status "error", a message naming the exception, `ended_as` kept."""
+    """One mechanism for any evaluator failure: status "error", a message naming the exception, `ended_as` kept;
+    scored 0, a failure that counts in the success rate (the task's, not the browser's: no infra error)."""
     (task,) = load_tasks([page_task("page2.html", eval_block=eval_block).to_dict()], {"__PAGES__": pages.url})
     backend = WebArenaBackend({"__PAGES__": pages.url}, judge=judge)
 
     reward, trajectory = run(_exit_shipped_then_evaluate(pool, task, backend))
-    assert reward is None and trajectory.eval_reward is None
+    assert reward == 0.0 and trajectory.eval_reward == 0.0 and not trajectory.infra_error
+    assert success_by_site([trajectory]) == {"success_rate": 0.0, "episodes": 1.0, "success_rate/pages": 0.0}
     assert trajectory.status == "error" and trajectory.metadata["ended_as"] == "exit"
     assert trajectory.error.startswith(f"evaluation failed: {reason}")
     assert trajectory.metadata["eval_error"] == trajectory.error.removeprefix("evaluation failed: ")

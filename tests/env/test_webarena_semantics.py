@@ -279,7 +279,7 @@ def test_a_helper_that_cannot_run_fails_its_episode_alone_in_a_batch(run, pool, 
         "shopping_get_sku_latest_review_author(), which failed: no shop admin credentials for the REST API: set "
         "WEBARENA_SHOPPING_ADMIN_USERNAME"
     )
-    assert by_id["31"].metadata["ended_as"] == "exit" and by_id["31"].eval_reward is None
+    assert by_id["31"].metadata["ended_as"] == "exit" and by_id["31"].eval_reward == 0.0
     # A helper webrl lacks and credentials never given are the config's: no retry, counted as the task's errors.
     assert not by_id["31"].infra_error and not by_id["32"].infra_error and "attempts" not in by_id["32"].metadata
     rewards = {task_id: t.eval_reward for task_id, t in by_id.items() if task_id not in errored}

@@ -182,3 +182,31 @@ def test_an_episode_past_its_hard_limit_is_the_engines_or_pages_failure(run, poo
     assert trajectory.metadata["attempts"] == 2 and "hard limit of 2s" in trajectory.metadata["first_error"]
     assert trajectory.infra_error and trajectory.eval_reward is None
     assert result.metrics["rollout/infra_errors"] == 1
+
+
+def test_an_episode_ended_by_an_error_of_its_own_is_scored_a_failure(run, pool, pages, tmp_path):
+    """An error that is not the browser's, the site's or the engine's is not retried, and scores 0: the task stays in
+    the success rate (1 of 2), not dropped from it."""
+
+    def prompt(task: Task, steps: list, html: str) -> str:
+        if task.task_id == "0" and steps:
+            raise ValueError("no prompt for this page")
+        return str(len(steps))
+
+    result = run(
+        collect_rollouts(
+            _ThreeSteps(),
+            _tasks(pages, 2),
+            WebArenaBackend({"__PAGES__": pages.url}),
+            pool,
+            concurrency=1,
+            prompt_builder=prompt,
+            writer=tmp_path / "rollouts.jsonl",
+            limits=FAST,
+            progress=False,
+        )
+    )
+    failed, solved = result.trajectories
+    assert (failed.status, failed.error, failed.infra_error) == ("error", "ValueError: no prompt for this page", False)
+    assert failed.eval_reward == 0.0 and "attempts" not in failed.metadata and solved.eval_reward == 1.0
+    assert result.metrics["rollout/success_rate"] == 0.5 and result.metrics["rollout/infra_errors"] == 0

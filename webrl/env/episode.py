@@ -261,7 +261,10 @@ class Episode:
         any other exception) marks this episode "error", and only this one: see `_evaluation_failed`.
         A browser that fails while scoring, and a site an evaluator reads that cannot be reached
         (`EvaluatorSiteError`), are not the agent's doing: the episode is an `infra_error`, retried.
+        An episode that already ended in error is not scored from its page: see `_score_error`.
         """
+        if self.trajectory.status == "error":
+            return self._score_error()
         if self.page is None or self.page.is_closed():
             self._evaluation_failed(PageGoneError("no live page to evaluate"), infra=True)
             return None
@@ -272,7 +275,7 @@ class Episode:
             )
         except Exception as err:  # noqa: BLE001 - one task's evaluator must not stop the other episodes
             self._evaluation_failed(err, infra=isinstance(err, (*_BROWSER_ERRORS, EvaluatorSiteError)))
-            return None
+            return self._score_error()
         if isinstance(result, EvalResult):
             self.trajectory.metadata["eval"] = {
                 "per_type": result.per_type,
@@ -282,6 +285,16 @@ class Episode:
             result = None if result.needs_judge else result.score
         self.trajectory.eval_reward = result
         return result
+
+    def _score_error(self) -> float | None:
+        """The reward of an episode that ended in error: None for a browser, site or engine failure (`infra_error`:
+        no evidence about the agent, kept out of every rate), else 0.0, a failure. That is the agent's action or
+        output, or a task whose evaluator cannot run: leaving it unscored would drop the task from the rates and
+        the paired tests, so a checkpoint would look better the more of its tasks end in error.
+        """
+        if not self.trajectory.infra_error:
+            self.trajectory.eval_reward = 0.0
+        return self.trajectory.eval_reward
 
     def _evaluation_failed(self, err: Exception, *, infra: bool) -> None:
         """End as "error" with a message naming the exception; the status the agent ended with stays as `ended_as`.

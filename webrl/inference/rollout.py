@@ -12,7 +12,8 @@ log-probabilities when the engine returns them. Finished trajectories stream to 
 (`TrajectoryWriter`, one fsynced JSONL line each) as they end, so a crash loses only the episodes
 in flight. Nothing an episode does stops the run: a dead browser, a hung page (per-episode
 timeout), an engine call that fails for the episode's prompt or an evaluator that cannot run (a
-WebArena `func:` helper) ends that episode with status "error" or "timeout" and the reason recorded.
+WebArena `func:` helper) ends that episode with status "error" or "timeout" and the reason recorded; an
+"error" that is not an infrastructure failure (below) is scored 0, a failure, like any other of the agent's.
 Only an engine that fails every prompt of 3 calls in a row stops the run (`EngineDownError`: it is down).
 
 An episode that ends in "error" because the browser, the site or the engine failed
@@ -263,10 +264,10 @@ class _Rollout:
             episode.trajectory.metadata["infra_error"] = True
         except Exception as err:  # noqa: BLE001 - one episode's failure must not stop the others
             self._end(episode, "error", f"{type(err).__name__}: {err}")
-        if episode.trajectory.status != "error":
-            with self.clock.browser():
-                await episode.evaluate()  # an evaluator that fails marks this episode "error" alone
         with self.clock.browser():
+            # An evaluator that fails marks this episode "error" alone; one that ended in error is scored without
+            # its page (0, or none for an infra error).
+            await episode.evaluate()
             await episode.close()
 
     async def _drive(self, episode: Episode, attempt: tuple[str, int]) -> None:
