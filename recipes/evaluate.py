@@ -21,8 +21,10 @@ JSON holds each task's outcome so that later evaluations can be paired with it.
 
 `--baseline PATH` pairs this evaluation with an earlier one on the same tasks (exact McNemar test):
 PATH is an `eval_<name>-<id>.json` written by this recipe or an evaluation's trajectories `.jsonl`
-(e.g. a WebRL run's `phase_NNN/eval.rank0.jsonl`). Differing task sets are an error, found before
-any episode runs.
+(e.g. a WebRL run's `phase_NNN/eval.rank0.jsonl`, read with the phase's other ranks). Differing task
+sets are an error, found before any episode runs: the baseline must have attempted these very tasks,
+so another split or sample, even one of these tasks' subsets, is refused rather than paired on the part
+shared; tasks a browser or site failure left without an outcome on either side are left out of the pairs.
 
 `--compare A B` runs nothing: it writes the report of two finished evaluations on the same tasks (each an
 `eval_<name>-<id>.json` with its `.jsonl`, a trajectories `.jsonl`, or a WebRL run's `phase_NNN` folder),
@@ -41,6 +43,7 @@ from recipes.webrl import engine_options, recipe_config
 from webrl.checkpoint_report import CheckpointReport, Evaluation
 from webrl.code_version import code_version
 from webrl.data.atomic_io import write_json_atomic, write_text_atomic
+from webrl.data.trajectory import Task
 from webrl.evaluation.identity import evaluation_identity, identity_tag
 from webrl.evaluation.outcomes import Baseline, load_baseline
 from webrl.evaluation.report import evaluation_statistics
@@ -61,13 +64,7 @@ def evaluate_checkpoint(
     """Greedy episodes of `checkpoint` on `env.test_split`; prints and saves success per site and its statistics."""
     tasks = env.suite(config.env.test_split, config.env.test_tasks, config.seed)
     if baseline is not None:
-        # The baseline's outcomes leave out its episodes the browser or the site failed: its tasks must be among
-        # these, not all of them. One it has and these lack means another split or sample.
-        ids = {task.task_id for task in tasks}
-        try:
-            require_same_tasks(ids, ids | set(baseline.outcomes))
-        except ValueError as err:
-            raise SystemExit(f"{config.env.test_split} tasks (A) vs --baseline {baseline.source} (B): {err}") from None
+        require_baseline_tasks(tasks, baseline, config.env.test_split)
     identity = evaluation_identity(config, checkpoint)
     out_dir, stem = Path(config.output_dir), f"eval_{name}-{identity_tag(identity)}"
     engine = build_engine(config.rollout.engine, checkpoint, **engine_options(config))
@@ -92,6 +89,22 @@ def evaluate_checkpoint(
     print(markdown)
     print(f"results: {out_dir / stem}.json (.md, .jsonl, .html)")
     return metrics
+
+
+def require_baseline_tasks(tasks: list[Task], baseline: Baseline, split: str) -> None:
+    """Stop, naming both task counts, unless `baseline` attempted exactly `tasks`.
+
+    Its attempted tasks, not its outcomes: those leave out what the browser or the site failed, and the pairing
+    (`shared_mcnemar`) leaves such tasks out itself. A baseline of another split or sample, smaller or larger,
+    would otherwise be paired on the tasks the two share, a narrower test than either evaluation.
+    """
+    ids = {task.task_id for task in tasks}
+    try:
+        require_same_tasks(ids, baseline.tasks)
+    except ValueError as err:
+        raise SystemExit(
+            f"{len(ids)} {split} tasks (A) vs {len(baseline.tasks)} tasks of --baseline {baseline.source} (B): {err}"
+        ) from None
 
 
 def split_baseline(argv: list[str]) -> tuple[Path | None, list[str]]:

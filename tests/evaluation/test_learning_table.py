@@ -116,6 +116,32 @@ def test_a_task_a_failure_kept_out_of_one_methods_outcomes_is_paired_on_the_othe
     assert no_kl["n"] == 9 and no_kl["vs_baseline"]["tasks"] == 9 and no_kl["vs_reference"]["tasks"] == 9
 
 
+def lost_to_failures(method: str, solved: set[str], scored: list[str]) -> RunResult:
+    """A method that attempted all of TASKS but scored only `scored` (the others: browser failures, twice)."""
+    partial = result(method, solved, tasks=scored)
+    return RunResult(method, partial.outcomes, partial.source, partial.suite, partial.split, attempted=frozenset(TASKS))
+
+
+def test_the_held_out_tasks_are_those_attempted_when_the_first_row_lost_some():
+    """SFT scored 8 of its 10 tasks: the table is still of 10 held-out tasks, as every row attempted."""
+    table = build(lost_to_failures("sft", {"1", "2", "3", "4"}, TASKS[:8]), WEBRL)
+    assert table.to_dict()["held_out"] == {"suite": "embedded", "split": "test", "tasks": 10, "task_ids": TASKS}
+    assert table.to_markdown().startswith("# Learning table: 10 held-out tasks (test split, embedded suite)")
+
+
+def test_a_difference_over_fewer_tasks_than_the_success_column_names_the_paired_count():
+    """SFT solves 1-4 of the 8 it scored (50%), WebRL 1-4, 9 and 10 of 10 (60%): on the 8 both scored they are equal,
+    so the +0.0 beside a 10-point gap in the success column says it is over 8 paired tasks."""
+    sft = lost_to_failures("sft", {"1", "2", "3", "4"}, TASKS[:8])
+    webrl = result("webrl", {"1", "2", "3", "4", "9", "10"})
+    markdown = build(sft, webrl).to_markdown()
+    assert "| SFT | 50.0 (4/8) | [21.5, 78.5] | 8 |  |  |" in markdown
+    assert "| WebRL | 60.0 (6/10) | [31.3, 83.2] | 10 | +0.0 on 8 paired | 1 (b 0, c 0) |" in markdown
+    assert "'on N paired'" in markdown
+    # every row scored all 10: the cell is the difference alone
+    assert "| WebRL | 50.0 (5/10) | [23.7, 76.3] | 10 | +30.0 | 0.375 (b 4, c 1) |" in build(SFT, WEBRL).to_markdown()
+
+
 def trajectory(task_id: str, reward: float) -> Trajectory:
     task = Task(task_id, f"intent {task_id}", ["shopping"], "http://x/", intent_template_id=template(task_id))
     return Trajectory(task, status="exit", eval_reward=reward)
@@ -138,6 +164,22 @@ def test_loop_result_reads_the_last_phase_once_evaluated(tmp_path):
     record_launch(tmp_path, ["python", "-m", "recipes.webrl"], 30.0, 0)
     assert launch_seconds(tmp_path) == 120.0
     assert loop_result("webrl", tmp_path, 1, suite="embedded", split="test").wall_source == "launches"
+
+
+def test_a_longer_run_reused_for_fewer_phases_times_only_those_phases(tmp_path):
+    """A finished 4-phase run (0-3, 10 minutes each) read at phase 1: 20 minutes, not the 40 of every phase, and its
+    launches (which ran all four) give way to that sum."""
+    layout = RunLayout(tmp_path)
+    write_trajectories(layout.eval_path(1, 0), [trajectory("1", 1.0)])
+    RunState(phase=4, history=[{"phase": p, "time/phase_s": 600.0} for p in range(4)]).save(layout.state_path)
+    found = loop_result("webrl", tmp_path, 1, suite="embedded", split="test")
+    assert (found.wall_s, found.wall_source) == (1200.0, "phases")
+    record_launch(tmp_path, ["python", "-m", "recipes.webrl"], 2450.0, 0)
+    found = loop_result("webrl", tmp_path, 1, suite="embedded", split="test")
+    assert (found.wall_s, found.wall_source) == (1200.0, "phases")
+    assert build(found).to_markdown().splitlines()[4].endswith("| 20.0* |")
+    # the same run read at its last phase: the launch that ran it
+    assert loop_result("webrl", tmp_path, 3, suite="embedded", split="test").wall_s == 2450.0
 
 
 def evaluated_checkpoint(folder: Path, weights: bytes) -> dict[str, str | None]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
+from webrl.env.episode import Episode
 from webrl.evaluation.outcomes import Baseline, load_baseline, load_outcomes, task_outcomes
 from webrl.evaluation.report import evaluation_statistics
 from webrl.metrics import errored, success_by_site
@@ -114,3 +117,42 @@ def test_errored_episodes_are_counted_in_the_record_the_markdown_and_the_site_ta
     table = format_site_table(metrics, "ckpt on test")
     assert table.splitlines()[-1] == "errored episodes: 2 (1 browser/site failures, not in the rates)"
     assert "(5 episodes)" in table
+
+
+class _LivePage:
+    def is_closed(self) -> bool:
+        return False
+
+
+class _RaisingEvaluator:
+    """A site backend whose evaluator cannot run (as a WebArena `func:` helper webrl lacks)."""
+
+    def allowed_origins(self, task: Task) -> list[str]:
+        return []
+
+    async def evaluate(self, page, task: Task, answer: str | None) -> float:
+        raise ValueError("func:helper webrl lacks")
+
+
+def evaluator_failed(task_id: str) -> Trajectory:
+    """An episode the agent ended with an answer, scored by `Episode.evaluate` with an evaluator that raises."""
+    task = Task(task_id, f"intent {task_id}", ["shopping"], "http://x/", intent_template_id=101)
+    episode = Episode(task, _RaisingEvaluator(), SimpleNamespace(context=None))
+    episode.page, episode.trajectory.status = _LivePage(), "exit"
+    assert asyncio.run(episode.evaluate()) == 0.0
+    return episode.trajectory
+
+
+def test_an_evaluator_that_fails_counts_as_a_failure_and_a_browser_failure_not_at_all():
+    """One success, one failure, one evaluator error, one browser failure: 1 of 3, as the errors line says."""
+    broken = trajectory("4", "shopping", 101, None)
+    broken.status, broken.metadata["infra_error"] = "error", True
+    failed = evaluator_failed("3")
+    assert failed.status == "error" and failed.eval_reward == 0.0 and not failed.infra_error
+    episodes = [trajectory("1", "shopping", 101, 1.0), trajectory("2", "shopping", 101, 0.0), failed, broken]
+    record, markdown = evaluation_statistics(episodes, SEEN, "ckpt on test (4 tasks)")
+    assert record["outcomes"] == {"1": True, "2": False, "3": False}
+    assert "Success: 33.3% (1 of 3 tasks)" in markdown
+    errors = "Errored episodes: 2 (1 browser, site or engine failures left out of every rate, 1 counted as failures)."
+    assert errors in markdown
+    assert record["errors"] == {"errored": 2, "infra_errors": 1}

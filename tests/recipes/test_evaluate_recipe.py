@@ -11,8 +11,9 @@ import pytest
 import recipes.evaluate as evaluate
 from webrl.code_version import code_version
 from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_trajectories
-from webrl.evaluation.outcomes import Baseline
+from webrl.evaluation.outcomes import Baseline, load_baseline
 from webrl.loop_config import WebRLConfig
+from webrl.run_layout import RunLayout
 
 TASKS = [
     Task("1", "a", ["shopping"], "http://x/", intent_template_id=101),
@@ -158,7 +159,60 @@ def test_a_baseline_that_lost_tasks_to_failures_is_paired_on_the_rest(tmp_path, 
     """Its outcomes leave out what the browser or the site failed: that is no other sample (see the test above)."""
     monkeypatch.setattr(evaluate, "build_engine", lambda *args, **kwargs: ClosingEngine())
     config = WebRLConfig(output_dir=str(tmp_path))
-    short = Baseline("eval_a.json", {"1": False, "1003": True})
+    short = Baseline("eval_a.json", {"1": False, "1003": True}, frozenset({"1", "2", "1003"}))
     evaluate.evaluate_checkpoint(config, FixtureEnvironment(), Path("ckpt"), "b", baseline=short)
     [result] = tmp_path.glob("eval_b-*.json")
     assert json.loads(result.read_text())["comparison"]["tasks"] == 2
+
+
+def test_a_baseline_of_a_smaller_sample_is_refused_naming_both_counts(tmp_path, monkeypatch):
+    """A baseline that attempted 2 of these 3 tasks is another sample, not one that lost a task to a failure."""
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("the engine was built although the baseline is of another sample")
+
+    monkeypatch.setattr(evaluate, "build_engine", no_engine)
+    config = WebRLConfig(output_dir=str(tmp_path))
+    path = tmp_path / "eval_a-0123456789.json"
+    path.write_text(json.dumps({"outcomes": {"1": False, "1003": True}, "task_ids": ["1", "1003"]}))
+    expected = r"^3 test tasks \(A\) vs 2 tasks of --baseline .*eval_a-0123456789.json \(B\):.*only in A: 2;"
+    with pytest.raises(SystemExit, match=expected):
+        evaluate.evaluate_checkpoint(config, FixtureEnvironment(), Path("ckpt"), "b", baseline=load_baseline(path))
+
+
+class FailingOneEnvironment(FixtureEnvironment):
+    """Task 2's browser fails (twice): it is attempted, without an outcome."""
+
+    def run_episodes(self, engine, tasks, out_path, **kwargs):
+        trajectories, metrics = super().run_episodes(engine, tasks, out_path, **kwargs)
+        broken = trajectories[1]
+        broken.status, broken.eval_reward, broken.metadata["infra_error"] = "error", None, True
+        write_trajectories(out_path, trajectories)
+        return trajectories, metrics
+
+
+def test_an_evaluation_that_lost_a_task_is_a_baseline_for_the_same_tasks(tmp_path, monkeypatch):
+    """Its JSON records every task attempted, so a later evaluation of the same 3 is paired, on the 2 both scored."""
+    monkeypatch.setattr(evaluate, "build_engine", lambda *args, **kwargs: ClosingEngine())
+    config = WebRLConfig(output_dir=str(tmp_path))
+    evaluate.evaluate_checkpoint(config, FailingOneEnvironment(), Path("a"), "a")
+    [written] = tmp_path.glob("eval_a-*.json")
+    record = json.loads(written.read_text())
+    assert record["task_ids"] == ["1", "2", "1003"] and record["outcomes"] == {"1": True, "1003": True}
+    for path in (written, written.with_suffix(".jsonl")):
+        baseline = load_baseline(path)
+        assert baseline.tasks == {"1", "2", "1003"} and baseline.outcomes == {"1": True, "1003": True}
+    evaluate.evaluate_checkpoint(config, FixtureEnvironment(), Path("b"), "b", baseline=load_baseline(written))
+    [paired] = tmp_path.glob("eval_b-*.json")
+    assert json.loads(paired.read_text())["comparison"]["tasks"] == 2
+
+
+def test_a_webrl_phase_shard_as_baseline_brings_every_ranks_tasks(tmp_path):
+    """`phase_001/eval.rank0.jsonl` holds rank 0's share of the tasks: the baseline is the phase's, all ranks."""
+    layout = RunLayout(tmp_path)
+    episodes = [Trajectory(task, status="exit", eval_reward=REWARDS[task.task_id]) for task in TASKS]
+    write_trajectories(layout.eval_path(1, 0), episodes[:2])
+    write_trajectories(layout.eval_path(1, 1), episodes[2:])
+    baseline = load_baseline(layout.eval_path(1, 0))
+    assert baseline.outcomes == {"1": True, "2": False, "1003": True} and baseline.tasks == {"1", "2", "1003"}
+    evaluate.require_baseline_tasks(TASKS, baseline, "test")

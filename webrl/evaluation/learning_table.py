@@ -26,9 +26,16 @@ class Pairing:
     diff_points: float
     test: McNemarResult
     """A is the row's method, B the one it is compared with."""
+    narrowed: bool = False
+    """Whether either side scored tasks the other lost to a browser, site or engine failure: the difference and the
+    test are then over fewer tasks than a success column, so the cell names how many were paired."""
 
     def to_dict(self) -> dict[str, object]:
         return {"against": self.against, "diff_points": self.diff_points, **self.test.to_dict()}
+
+    def diff_cell(self) -> str:
+        """The difference in points, with the paired task count when it is not both sides' n."""
+        return _signed(self.diff_points) + (f" on {self.test.tasks} paired" if self.narrowed else "")
 
 
 @dataclass(frozen=True)
@@ -126,7 +133,7 @@ class LearningTable:
                 )
             )
         first = results[0]
-        task_ids = sorted(first.successes, key=task_order)
+        task_ids = sorted(first.tasks, key=task_order)
         present = set(by_method)
         return cls(
             rows, baseline, first.suite, first.split, task_ids, [name for name in missing if name not in present]
@@ -164,13 +171,11 @@ class LearningTable:
                 f"{_pct(row.overall.rate)} ({row.overall.successes}/{row.overall.n})",
                 f"[{_pct(low)}, {_pct(high)}]",
                 str(row.overall.n),
-                _signed(row.vs_baseline.diff_points) if row.vs_baseline and row.method != self.baseline else "",
+                row.vs_baseline.diff_cell() if row.vs_baseline and row.method != self.baseline else "",
                 _p_cell(row.vs_baseline) if row.vs_baseline and row.method != self.baseline else "",
                 _rate_cell(row.seen),
                 _rate_cell(row.test_only),
-                f"{_signed(row.vs_reference.diff_points)} (p {row.vs_reference.test.p_value:.3g})"
-                if row.vs_reference
-                else "",
+                f"{row.vs_reference.diff_cell()} (p {row.vs_reference.test.p_value:.3g})" if row.vs_reference else "",
                 row.paper,
                 _wall_cell(row),
             ]
@@ -178,9 +183,12 @@ class LearningTable:
         notes = [
             "",
             f"McNemar: exact two-sided test on the same tasks; b = tasks only the method solved, c = only {baseline}. "
+            "Δ and McNemar pair the tasks both methods scored; 'on N paired' where a browser, site or engine failure "
+            "left fewer than a success column's n. "
             "vs WebRL here: points against the full WebRL with the same reward source (its exact McNemar p). "
             "Wall: the method's launches by the comparison (the first to need a cached SFT or ORM includes building "
-            "it); * = the sum of its phase times (cached builds left out).",
+            "it); * = the sum of its phase times (cached builds left out), up to the table's phases for a longer run "
+            "reused.",
         ]
         if self.missing:
             notes.append(f"No finished evaluation yet: {', '.join(self.missing)}.")
@@ -207,11 +215,14 @@ def require_same_task_sets(results: list[RunResult]) -> None:
 
 
 def _pair(result: RunResult, other: RunResult | None) -> Pairing | None:
+    """`result` against `other` on the tasks both scored (`shared_mcnemar`), marked narrowed when that is fewer than
+    either side's scored tasks."""
     if other is None:
         return None
     test = shared_mcnemar(result.successes, other.successes)
     diff = (test.only_a - test.only_b) / test.tasks if test.tasks else 0.0
-    return Pairing(other.method, 100 * diff, test)
+    narrowed = test.tasks != len(result.outcomes) or test.tasks != len(other.outcomes)
+    return Pairing(other.method, 100 * diff, test, narrowed)
 
 
 def _pct(value: float) -> str:

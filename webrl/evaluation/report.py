@@ -1,7 +1,8 @@
 """An evaluation's statistics as markdown (for the terminal and the README) and as a JSON record.
 
-The JSON keeps every task's outcome so that any later evaluation on the same tasks can be paired
-with this one (`recipes.evaluate --baseline`).
+The JSON keeps every task's outcome, and every task attempted (`task_ids`: those a browser, site or engine
+failure left without an outcome included), so that any later evaluation on the same tasks can be paired
+with this one (`recipes.evaluate --baseline`), and one on other tasks refused.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from webrl.data.trajectory import Trajectory
 from webrl.evaluation.breakdown import Breakdown, Rate, breakdown
-from webrl.evaluation.outcomes import Baseline, success_map, task_outcomes
+from webrl.evaluation.outcomes import Baseline, attempted_ids, success_map, task_outcomes
 from webrl.evaluation.stats import McNemarResult, shared_mcnemar, task_order
 from webrl.metrics import errored, infra_errors
 
@@ -26,7 +27,11 @@ def evaluation_statistics(
     comparison = shared_mcnemar(successes, baseline.outcomes) if baseline is not None else None
     source = baseline.source if baseline is not None else ""
     errors = ErrorCounts.of(trajectories)
-    record = {**statistics_record(rates, successes, comparison, source), "errors": errors.to_dict()}
+    record = {
+        **statistics_record(rates, successes, comparison, source),
+        "task_ids": sorted(attempted_ids(trajectories), key=task_order),
+        "errors": errors.to_dict(),
+    }
     return record, format_statistics(title, rates, comparison, source, errors)
 
 
@@ -36,7 +41,8 @@ class ErrorCounts:
     (`infra_error`).
 
     The latter are left out of every rate, so a reader needs their count to see the rate's denominator
-    shrink; the others (the task's evaluator failed) count as failures.
+    shrink; the others (the agent's action or output, or the task's evaluator, failed) are scored 0
+    (`Episode.evaluate`) and count as failures.
     """
 
     errored: int

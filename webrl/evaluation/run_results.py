@@ -10,7 +10,9 @@ whose checkpoint still holds the weights it evaluated.
 
 The wall time comes from `launches.json`, which a comparison writes when it runs a method (every launch,
 with its duration, resumed launches included); without it, a WebRL run's phase times are summed (they
-leave out the cached SFT and ORM builds and the process start-up).
+leave out the cached SFT and ORM builds and the process start-up). A WebRL run that went past the phase
+read (a comparison with fewer phases reusing a longer run) has its phase times up to that phase summed:
+its launches timed the later phases too.
 """
 
 from __future__ import annotations
@@ -73,11 +75,7 @@ def loop_result(method: str, run_dir: Path, phase: int, *, suite: str, split: st
     state = RunState.load(layout.state_path)
     if not state.is_done(phase, "evaluate"):
         return None
-    wall_s, wall_source = launch_seconds(run_dir), WALL_FROM_LAUNCHES
-    if wall_s is None:
-        phase_times = [record.get("time/phase_s") for record in state.history]
-        if phase_times and all(isinstance(value, (int, float)) for value in phase_times):
-            wall_s, wall_source = float(sum(phase_times)), WALL_FROM_PHASES
+    wall_s, wall_source = loop_wall_seconds(run_dir, state, phase)
     episodes = layout.evaluations(phase)
     return RunResult(
         method,
@@ -86,9 +84,37 @@ def loop_result(method: str, run_dir: Path, phase: int, *, suite: str, split: st
         suite,
         split,
         wall_s,
-        wall_source if wall_s is not None else "",
+        wall_source,
         frozenset(t.task.task_id for t in episodes),
     )
+
+
+def loop_wall_seconds(run_dir: Path, state: RunState, phase: int) -> tuple[float | None, str]:
+    """How long a WebRL run took up to `phase`, and where that comes from (`RunResult.wall_source`).
+
+    The launches time the whole run; a run that went past `phase` (reused for a comparison with fewer phases)
+    also spent them on its later phases, so its phases up to `phase` are summed instead.
+    """
+    launched = launch_seconds(run_dir)
+    if launched is not None and not _went_past(state, phase):
+        return launched, WALL_FROM_LAUNCHES
+    summed = phase_seconds(state.history, phase)
+    return (summed, WALL_FROM_PHASES) if summed is not None else (None, "")
+
+
+def _went_past(state: RunState, phase: int) -> bool:
+    """Whether the run did work after `phase`: a later phase's record, or a later phase begun (a stage done)."""
+    later_record = any(record.get("phase", 0) > phase for record in state.history)
+    return later_record or state.phase > phase + 1 or (state.phase == phase + 1 and bool(state.done))
+
+
+def phase_seconds(history: list[dict[str, Any]], phase: int) -> float | None:
+    """The summed `time/phase_s` of the history's phases up to `phase` (each record names its `phase`), or None when
+    one of them lacks it."""
+    times = [record.get("time/phase_s") for record in history if record.get("phase", 0) <= phase]
+    if times and all(isinstance(value, (int, float)) for value in times):
+        return float(sum(times))
+    return None
 
 
 def recipe_result(method: str, run_dir: Path, name: str, settings: dict[str, Any]) -> RunResult | None:
