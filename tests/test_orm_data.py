@@ -33,7 +33,7 @@ from webrl.orm_data import (
     truncated_responses,
     wrong_answer_responses,
 )
-from webrl.starting_models import collect_demonstrations, orm_data_dir, orm_dir
+from webrl.starting_models import collect_demonstrations, orm_data_dir, orm_dir, orm_training_pairs
 from webrl.web_environment import WebEnvironment
 
 pytestmark = pytest.mark.timeout(900)
@@ -186,6 +186,24 @@ def test_balance_counts_an_episode_repeated_by_another_source_once():
     assert sorted(t.task.task_id for t in kept if t.eval_reward == 1.0) == [f"demonstrations-{i}" for i in range(4)]
     counts = source_counts(made, kept)
     assert counts["solver_noise_0.1"]["positives"] == 3 and counts["solver_noise_0.1"]["kept_positives"] == 0
+
+
+def test_an_episode_scored_0_because_its_evaluator_could_not_run_is_no_orm_negative():
+    """Its 0 keeps the task in the success rates; it says nothing of the agent, so the ORM data leave it out."""
+    made = _labelled("a", [1.0, 1.0, 0.0, 0.0])
+    broken = _labelled("a", [0.0])[0]
+    broken.status, broken.metadata["eval_error"] = "error", "EvaluationError: no helper for func:get_order_url"
+    made.append(dataclasses.replace(broken, task=dataclasses.replace(broken.task, task_id="a-broken")))
+    kept = balance(made, 0.5, seed=0)
+    assert sorted(t.task.task_id for t in kept) == ["a-0", "a-1", "a-2", "a-3"]
+    assert source_counts(made, kept)["a"] == {
+        "positives": 2,
+        "negatives": 2,
+        "unlabelled": 1,
+        "kept_positives": 2,
+        "kept_negatives": 2,
+    }
+    assert [label for _, label in orm_training_pairs(made, None)] == [1.0, 1.0, 0.0, 0.0]
 
 
 def test_balance_needs_both_classes():

@@ -103,7 +103,7 @@ def balance(trajectories: Sequence[Trajectory], positive_fraction: float, seed: 
     """
     labelled, prompts = [], set()
     for trajectory in trajectories:
-        if trajectory.eval_reward is None or not trajectory.steps:
+        if not trajectory.judged_by_evaluator or not trajectory.steps:
             continue
         prompt = trajectory_orm_prompt(trajectory)
         if prompt not in prompts:
@@ -131,7 +131,7 @@ def source_counts(available: Sequence[Trajectory], kept: Sequence[Trajectory]) -
     for prefix, group in (("", available), ("kept_", kept)):
         for t in group:
             row = counts.setdefault(t.metadata.get(SOURCE_KEY, "?"), dict(zero))
-            if t.eval_reward is None or not t.steps:
+            if not t.judged_by_evaluator or not t.steps:
                 row["unlabelled"] += not prefix
             else:
                 row[prefix + ("positives" if is_success(t.eval_reward) else "negatives")] += 1

@@ -169,7 +169,7 @@ def _calibrate(config: WebRLConfig, fabric: Fabric, env: WebEnvironment, engine:
     fabric.print(f"[orm] choosing the ORM threshold on the SFT actor's rollouts of {len(tasks)} train tasks")
     rollouts = ORMDataBuilder(config, fabric, env, target).run("calibration", engine, tasks, evaluation=False)
     if fabric.is_global_zero:
-        judged = [t for t in rollouts if t.eval_reward is not None and not t.infra_error]
+        judged = [t for t in rollouts if t.judged_by_evaluator and not t.infra_error]
         score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length)
         label_with_orm(judged, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
         write_trajectories(target / SCORED_FILE, judged)

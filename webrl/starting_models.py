@@ -313,7 +313,7 @@ def orm_training_pairs(trajectories: list[Trajectory], tokenizer: Any) -> list[t
     return [
         (trajectory_orm_prompt(t, chat_template_tokenizer=chat), 1.0 if is_success(t.eval_reward) else 0.0)
         for t in trajectories
-        if t.eval_reward is not None and t.steps
+        if t.judged_by_evaluator and t.steps
     ]
 
 

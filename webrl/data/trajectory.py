@@ -226,6 +226,16 @@ class Trajectory:
         """
         return self.status == "error" and bool(self.metadata.get("infra_error"))
 
+    @property
+    def judged_by_evaluator(self) -> bool:
+        """Whether the evaluators' reward is evidence about the episode: there is one, and its evaluator ran.
+
+        An evaluator that could not run (`eval_error`: a WebArena helper webrl lacks, a broken task config) scores
+        its episode 0 so that the success rates keep the task, but that 0 says nothing of what the agent did, so
+        the ORM's training and calibration data leave it out, as they leave out episodes with no reward.
+        """
+        return self.eval_reward is not None and "eval_error" not in self.metadata
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["task"] = self.task.to_dict()
