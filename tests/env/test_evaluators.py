@@ -9,6 +9,7 @@ from env_helpers import page_task
 
 from webrl.env.backend import WebArenaBackend
 from webrl.env.evaluators import MissingHelperError, clean_answer, evaluate_task, string_match, url_match
+from webrl.env.judge import JudgeError
 from webrl.env.tasks import load_tasks
 from webrl.metrics import success_by_site
 
@@ -169,6 +170,22 @@ def test_unsupported_helpers_are_named(run, pool, backend, pages):
 
 def _undecided_judge(intent, answer, reference):
     raise ValueError("the judge answered 'maybe', neither yes nor no")
+
+
+def _judge_down(intent, answer, reference):
+    raise JudgeError("judge at http://127.0.0.1:9/v1 (model m) failed after 3 tries: connection refused")
+
+
+def test_a_judge_that_fails_is_an_infra_error_not_the_agent_s_failure(run, pool, pages):
+    """A judge outage must not score every fuzzy task 0: the episode is retried, then left out of the rates."""
+    block = {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["shipped"]}}
+    (task,) = load_tasks([page_task("page2.html", eval_block=block).to_dict()], {"__PAGES__": pages.url})
+    backend = WebArenaBackend({"__PAGES__": pages.url}, judge=_judge_down)
+
+    reward, trajectory = run(_exit_shipped_then_evaluate(pool, task, backend))
+    assert reward is None and trajectory.eval_reward is None and trajectory.infra_error
+    assert trajectory.error.startswith("evaluation failed: JudgeError: judge at http://127.0.0.1:9/v1")
+    assert success_by_site([trajectory])["episodes"] == 0.0
 
 
 _HELPER = {

@@ -19,7 +19,7 @@ from typing import Any
 
 import openai
 
-from webrl.env.evaluators import EvaluationError
+from webrl.env.evaluators import EvaluatorSiteError
 
 JUDGE_SYSTEM_PROMPT = (
     "You grade a student's answer to a question about a website, given the reference answer. "
@@ -30,8 +30,13 @@ JUDGE_SYSTEM_PROMPT = (
 _VERDICT = re.compile(r"\b(partially correct|incorrect|correct)\b")
 
 
-class JudgeError(EvaluationError):
-    """The judge could not be asked, or its reply held no verdict; the message names the endpoint and model."""
+class JudgeError(EvaluatorSiteError):
+    """The judge could not be asked, or its reply held no verdict; the message names the endpoint and model.
+
+    A site the evaluator reads, for this purpose: the judge failed, not the agent, so the episode is an infra error
+    (retried once, then out of the rates and labels) rather than a 0 that a judge outage would give every
+    fuzzy task.
+    """
 
 
 def judge_messages(intent: str, answer: str, reference: str) -> list[dict[str, str]]:
