@@ -264,9 +264,9 @@ class Episode:
         An episode that already ended in error is not scored from its page: see `_score_error`.
         """
         if self.trajectory.status == "error":
-            return self._score_error()
+            return _score_error(self.trajectory)
         if self.page is None or self.page.is_closed():
-            self._evaluation_failed(PageGoneError("no live page to evaluate"), infra=True)
+            _evaluation_failed(self.trajectory, PageGoneError("no live page to evaluate"), infra=True)
             return None
         try:
             result = await asyncio.wait_for(
@@ -274,8 +274,8 @@ class Episode:
                 timeout=self.limits.action_timeout_s * 3,
             )
         except Exception as err:  # noqa: BLE001 - one task's evaluator must not stop the other episodes
-            self._evaluation_failed(err, infra=isinstance(err, (*_BROWSER_ERRORS, EvaluatorSiteError)))
-            return self._score_error()
+            _evaluation_failed(self.trajectory, err, infra=isinstance(err, (*_BROWSER_ERRORS, EvaluatorSiteError)))
+            return _score_error(self.trajectory)
         if isinstance(result, EvalResult):
             self.trajectory.metadata["eval"] = {
                 "per_type": result.per_type,
@@ -285,29 +285,6 @@ class Episode:
             result = None if result.needs_judge else result.score
         self.trajectory.eval_reward = result
         return result
-
-    def _score_error(self) -> float | None:
-        """The reward of an episode that ended in error: None for a browser, site or engine failure (`infra_error`:
-        no evidence about the agent, kept out of every rate), else 0.0, a failure. That is the agent's action or
-        output, or a task whose evaluator cannot run: leaving it unscored would drop the task from the rates and
-        the paired tests, so a checkpoint would look better the more of its tasks end in error.
-        """
-        if not self.trajectory.infra_error:
-            self.trajectory.eval_reward = 0.0
-        return self.trajectory.eval_reward
-
-    def _evaluation_failed(self, err: Exception, *, infra: bool) -> None:
-        """End as "error" with a message naming the exception; the status the agent ended with stays as `ended_as`.
-
-        `infra`: the browser or the site failed, not the evaluator's config (`Trajectory.infra_error`: retried).
-        """
-        reason = f"{type(err).__name__}: {err}"
-        metadata = self.trajectory.metadata
-        metadata["eval_error"] = reason
-        metadata["ended_as"] = self.trajectory.status
-        if infra:
-            metadata["infra_error"] = True
-        self.trajectory.status, self.trajectory.error = "error", f"evaluation failed: {reason}"
 
     async def close(self) -> None:
         """End the episode with its context (a reused one is wiped by the pool); safe twice and after a crash."""
@@ -319,3 +296,28 @@ class Episode:
 def _describe(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0][:300]}" if text else type(err).__name__
+
+
+def _score_error(trajectory: Trajectory) -> float | None:
+    """The reward of an episode that ended in error: None for a browser, site or engine failure (`infra_error`:
+    no evidence about the agent, kept out of every rate), else 0.0, a failure. That is the agent's action or
+    output, or a task whose evaluator cannot run: leaving it unscored would drop the task from the rates and
+    the paired tests, so a checkpoint would look better the more of its tasks end in error.
+    """
+    if not trajectory.infra_error:
+        trajectory.eval_reward = 0.0
+    return trajectory.eval_reward
+
+
+def _evaluation_failed(trajectory: Trajectory, err: Exception, *, infra: bool) -> None:
+    """End as "error" with a message naming the exception; the status the agent ended with stays as `ended_as`.
+
+    `infra`: the browser or the site failed, not the evaluator's config (`Trajectory.infra_error`: retried).
+    """
+    reason = f"{type(err).__name__}: {err}"
+    metadata = trajectory.metadata
+    metadata["eval_error"] = reason
+    metadata["ended_as"] = trajectory.status
+    if infra:
+        metadata["infra_error"] = True
+    trajectory.status, trajectory.error = "error", f"evaluation failed: {reason}"
