@@ -17,6 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.single_process import SingleProcess
 from webrl.inference.engine import ReloadableEngine, SamplingParams
 from webrl.inference.hf import HFEngine
 from webrl.inference.weight_sync import full_state_dict
@@ -197,7 +198,7 @@ def test_the_loop_pushes_a_trained_actor_in_memory_exactly_as_a_reload_of_its_di
     from webrl.training import save_model_dir
 
     config = load_config(WebRLConfig, [f"output_dir={tmp_path / 'run'}", "engines.weight_sync=memory"])
-    loop = PhaseLoop(config, None, None, engine, sft_dir=tiny_model_dir, orm_dir=None, demonstrations=[])
+    loop = PhaseLoop(config, SingleProcess(), None, engine, sft_dir=tiny_model_dir, orm_dir=None, demonstrations=[])
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
     _train_a_little(model, tokenizer, steps=3)
     state = full_state_dict(model)

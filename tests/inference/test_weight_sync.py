@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tests.single_process import SingleProcess
 from webrl.config import load_config
 from webrl.inference.engine import Completion, ReloadableEngine, SamplingParams
 from webrl.inference.hf import HFEngine
@@ -121,7 +122,7 @@ class _LocalModel(_Server):
 
 def _phase_loop(tmp_path: Path, engine, *overrides: str) -> PhaseLoop:
     config = load_config(WebRLConfig, [f"output_dir={tmp_path / 'run'}", *overrides])
-    return PhaseLoop(config, None, None, engine, sft_dir=tmp_path / "sft", orm_dir=None, demonstrations=[])
+    return PhaseLoop(config, SingleProcess(), None, engine, sft_dir=tmp_path / "sft", orm_dir=None, demonstrations=[])
 
 
 def test_the_loop_reloads_the_engine_only_when_the_actor_changed(tmp_path) -> None:
