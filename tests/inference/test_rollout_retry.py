@@ -71,17 +71,18 @@ def _tasks(pages: StaticServer, count: int) -> list[Task]:
     return load_tasks(configs, {"__PAGES__": pages.url})
 
 
-def _rollouts(run, pool, backend, tasks, out: Path):
+def _rollouts(run, pool, backend, tasks, out: Path, *, engine=None, prompt_builder=None, limits=FAST):
+    """One episode at a time of `engine` (three steps, then an answer), each step's prompt its step count."""
     return run(
         collect_rollouts(
-            _ThreeSteps(),
+            engine or _ThreeSteps(),
             tasks,
             backend,
             pool,
             concurrency=1,
-            prompt_builder=lambda task, steps, html: str(len(steps)),
+            prompt_builder=prompt_builder or (lambda task, steps, html: str(len(steps))),
             writer=out,
-            limits=FAST,
+            limits=limits,
             progress=False,
         )
     )
@@ -165,18 +166,9 @@ class _Hanging(_ThreeSteps):
 def test_an_episode_past_its_hard_limit_is_the_engines_or_pages_failure(run, pool, pages, tmp_path):
     """The hard limit is a backstop for a hung page or engine: such an episode is retried, then left out and counted."""
     tight = EpisodeLimits(episode_timeout_s=0.5, reset_timeout_s=0.5, action_timeout_s=0.5, wait_action_s=0.05)
-    result = run(
-        collect_rollouts(
-            _Hanging(),
-            _tasks(pages, 1),
-            WebArenaBackend({"__PAGES__": pages.url}),
-            pool,
-            concurrency=1,
-            prompt_builder=lambda task, steps, html: str(len(steps)),
-            writer=tmp_path / "rollouts.jsonl",
-            limits=tight,
-            progress=False,
-        )
+    backend = WebArenaBackend({"__PAGES__": pages.url})
+    result = _rollouts(
+        run, pool, backend, _tasks(pages, 1), tmp_path / "rollouts.jsonl", engine=_Hanging(), limits=tight
     )
     (trajectory,) = result.trajectories
     assert trajectory.metadata["attempts"] == 2 and "hard limit of 2s" in trajectory.metadata["first_error"]
@@ -193,19 +185,8 @@ def test_an_episode_ended_by_an_error_of_its_own_is_scored_a_failure(run, pool, 
             raise ValueError("no prompt for this page")
         return str(len(steps))
 
-    result = run(
-        collect_rollouts(
-            _ThreeSteps(),
-            _tasks(pages, 2),
-            WebArenaBackend({"__PAGES__": pages.url}),
-            pool,
-            concurrency=1,
-            prompt_builder=prompt,
-            writer=tmp_path / "rollouts.jsonl",
-            limits=FAST,
-            progress=False,
-        )
-    )
+    backend = WebArenaBackend({"__PAGES__": pages.url})
+    result = _rollouts(run, pool, backend, _tasks(pages, 2), tmp_path / "rollouts.jsonl", prompt_builder=prompt)
     failed, solved = result.trajectories
     assert (failed.status, failed.error, failed.infra_error) == ("error", "ValueError: no prompt for this page", False)
     assert failed.eval_reward == 0.0 and "attempts" not in failed.metadata and solved.eval_reward == 1.0
