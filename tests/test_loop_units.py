@@ -125,21 +125,38 @@ def _phase_tasks(loop: PhaseLoop, phase: int, trajectories: list[Trajectory]) ->
     write_json_atomic(loop.layout.tasks_path(phase), [t.task.to_dict() for t in trajectories])
 
 
-def test_labels_copy_the_evaluator_reward_and_drop_infrastructure_failures(tmp_path, fabric):
+def _unjudged(task_id: str, *, evaluator_failed: bool) -> Trajectory:
+    """An episode the evaluators did not judge: no score (a fuzzy task, no judge), or a 0 from a failed evaluator."""
+    if not evaluator_failed:
+        return build_trajectory(task_id, outcome=None)
+    failed = build_trajectory(task_id, outcome=None, eval_reward=0.0)
+    failed.status, failed.metadata = "error", {"eval_error": "MissingHelperError: no helper"}
+    return failed
+
+
+def test_labels_copy_the_evaluator_reward_and_drop_infrastructure_failures_and_unjudged_episodes(tmp_path, fabric):
     loop = _loop(tmp_path, fabric, None, *LABELS, "rollout.samples_per_task=1")
-    rollouts = [build_trajectory("a", outcome=None, eval_reward=1.0), build_trajectory("b", outcome=None)]
-    _phase_tasks(loop, 1, [*rollouts, _infra_failure("c")])
-    write_trajectories(loop.layout.rollouts_path(1, 0), [*rollouts, _infra_failure("c")])
+    rollouts = [
+        build_trajectory("a", outcome=None, eval_reward=1.0),
+        build_trajectory("b", outcome=None, eval_reward=0.0),
+    ]
+    dropped = [_infra_failure("c"), _unjudged("d", evaluator_failed=False), _unjudged("e", evaluator_failed=True)]
+    _phase_tasks(loop, 1, [*rollouts, *dropped])
+    write_trajectories(loop.layout.rollouts_path(1, 0), [*rollouts, *dropped])
     metrics = loop._labels(1)
     labelled = loop.layout.labelled(1)
     assert [(t.task.task_id, t.outcome) for t in labelled] == [("a", 1.0), ("b", 0.0)]
     assert (metrics["train/success_rate"], metrics["rollout/infra_errors"], metrics["rollout/errors"]) == (0.5, 1, 0)
+    assert metrics["rollout/unlabelled"] == 3.0
 
 
 def test_labels_read_the_phases_own_episodes_once_whatever_files_an_earlier_sharding_left(tmp_path, fabric):
     """A rollout stage relaunched on one process after two left rank 1's partial file, and a task set changed."""
     loop = _loop(tmp_path, fabric, None, *LABELS, "rollout.samples_per_task=1")
-    rollouts = [build_trajectory("a", outcome=None, eval_reward=1.0), build_trajectory("b", outcome=None)]
+    rollouts = [
+        build_trajectory("a", outcome=None, eval_reward=1.0),
+        build_trajectory("b", outcome=None, eval_reward=0.0),
+    ]
     _phase_tasks(loop, 1, rollouts)
     write_trajectories(loop.layout.rollouts_path(1, 0), rollouts)
     stale = [build_trajectory("a", outcome=None, eval_reward=0.0), build_trajectory("z", outcome=None)]

@@ -194,7 +194,14 @@ class PhaseLoop:
     def _labels(self, phase: int) -> dict[str, float]:
         rollouts = self.layout.rollouts(phase, self._rollout_ids(phase))
         # A browser, site or engine failure (after its retry) is no evidence about the policy: no label, no training.
-        trajectories = [trajectory for trajectory in rollouts if not trajectory.infra_error]
+        # Nor, when the evaluators give the rewards, is an episode they did not judge (a fuzzy task with no judge,
+        # an evaluator that could not run): a 0 there would teach the critic and actor a failure nobody saw.
+        by_evaluator = self.config.reward.source == "evaluator"
+        trajectories = [
+            trajectory
+            for trajectory in rollouts
+            if not trajectory.infra_error and (trajectory.judged_by_evaluator or not by_evaluator)
+        ]
         if self.fabric.is_global_zero:
             if self.config.reward.orm_labels:
                 if self.orm_dir is None:
@@ -212,6 +219,7 @@ class PhaseLoop:
         metrics.update(agreement(labelled))
         metrics["rollout/errors"] = errored(labelled)  # over every rank's rollouts
         metrics["rollout/infra_errors"] = infra_errors(rollouts)
+        metrics["rollout/unlabelled"] = float(len(rollouts) - len(labelled))
         return metrics
 
     def _replay(self, phase: int) -> dict[str, float]:
