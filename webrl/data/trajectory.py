@@ -232,7 +232,8 @@ class Trajectory:
 
         An evaluator that could not run (`eval_error`: a WebArena helper webrl lacks, a broken task config) scores
         its episode 0 so that the success rates keep the task, but that 0 says nothing of what the agent did, so
-        the ORM's training and calibration data leave it out, as they leave out episodes with no reward.
+        the ORM's training and calibration data and, with evaluator rewards, the phase's labels leave it out, as
+        they leave out episodes with no reward.
         """
         return self.eval_reward is not None and "eval_error" not in self.metadata
 
