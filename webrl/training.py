@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import itertools
 import json
 import logging
 import math
@@ -84,12 +85,12 @@ def train_micro_batch(
     settings: StageSettings,
     *,
     optimizer_step: bool,
-    group_size: int | None = None,
+    loss_scale: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Forward and backward on one micro-batch; with `optimizer_step`, sync the gradients, clip them and step.
 
-    The loss is divided by `group_size`, the micro-batches of this optimizer step (`settings.accumulate`, fewer
-    in a stage's last step when its batches do not divide evenly), so every step follows their mean gradient.
+    The loss is multiplied by `loss_scale`, this micro-batch's share of its optimizer step (`step_loss_scales`),
+    so that the step follows the mean gradient over every unit (row or token) of the step on every rank.
 
     The gradients of an optimizer step's earlier micro-batches accumulate locally: the strategy's
     all-reduce runs once per step, on its last micro-batch. The loss is computed under the precision's
@@ -107,7 +108,7 @@ def train_micro_batch(
                 f"{type(getattr(module, 'module', module)).__name__}: the loss is {loss.detach().float().item()} on "
                 f"this micro-batch (its other metrics: {_finite_view(metrics)}); no gradient of it was applied"
             )
-        fabric.backward(loss / (group_size or settings.accumulate))
+        fabric.backward(loss * loss_scale)
     if optimizer_step:
         if settings.grad_clip > 0:
             fabric.clip_gradients(module, optimizer, max_norm=settings.grad_clip, error_if_nonfinite=False)
@@ -116,6 +117,27 @@ def train_micro_batch(
         if fabric.device.type == "cpu":  # freed activations back to the OS, or the heap grows (webrl.host_memory)
             release_freed_memory()
     return loss, metrics
+
+
+def step_loss_scales(fabric: Fabric, module: Any, step_batches: list[Any]) -> list[float]:
+    """Each micro-batch's loss multiplier in one optimizer step: its units over the step's units on all ranks.
+
+    A module's loss is a mean over units (rows, or an SFT batch's action tokens; `WebRLModule.loss_weight`;
+    a module without that method counts each micro-batch as one unit). Dividing each loss by the number of
+    micro-batches instead would weigh a token of a short micro-batch above one of a long one, and a rank with
+    few tokens above one with many. The strategy averages gradients over ranks, so the scales are multiplied
+    by the world size. On one process with one micro-batch a step, every scale is exactly 1.
+    """
+    raw = getattr(module, "_original_module", module)
+    weigh = getattr(raw, "loss_weight", None)
+    weights = [float(weigh(batch)) if weigh is not None else 1.0 for batch in step_batches]
+    total = sum(weights)
+    if fabric.world_size > 1:
+        local = torch.tensor(total, dtype=torch.float64, device=fabric.device)
+        total = float(fabric.all_reduce(local, reduce_op="sum"))
+    if total <= 0:
+        return [0.0 for _ in weights]
+    return [weight * fabric.world_size / total for weight in weights]
 
 
 def _finite_view(metrics: dict[str, Any]) -> dict[str, float]:
@@ -152,21 +174,27 @@ def train_module(
     bar = progress_bar(total=total_batches, desc=name, unit="batch", enabled=progress and fabric.is_global_zero)
     bar.update(done.batch_index)
     module.train()
-    for batch in batches(dataloader, done, total_batches):
+    stream = batches(dataloader, done, total_batches)
+    while done.batch_index < total_batches:
         step = done.batch_index // settings.accumulate
         for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
             group["lr"] = base * lr_factor(step, total_steps, settings)
-        is_last_micro = (done.batch_index + 1) % settings.accumulate == 0 or done.batch_index + 1 == total_batches
         group_size = min(settings.accumulate, total_batches - step * settings.accumulate)
-        loss, metrics = train_micro_batch(
-            fabric, module, optimizer, batch, settings, optimizer_step=is_last_micro, group_size=group_size
-        )
-        values = _record(done, batch, metrics)
-        fabric.log_dict({**values, f"{name}/lr": optimizer.param_groups[0]["lr"]}, step=step_offset + done.batch_index)
-        bar.update(1)
-        bar.set_postfix(loss=f"{values.get(f'{name}/loss', float(loss.detach())):.4f}")
-        done.batch_index += 1
-        if checkpoint and is_last_micro and done.batch_index < total_batches and checkpoint.due(fabric):
+        step_batches = list(itertools.islice(stream, group_size))
+        scales = step_loss_scales(fabric, module, step_batches)
+        for index, (batch, scale) in enumerate(zip(step_batches, scales, strict=True)):
+            is_last_micro = index == len(step_batches) - 1
+            loss, metrics = train_micro_batch(
+                fabric, module, optimizer, batch, settings, optimizer_step=is_last_micro, loss_scale=scale
+            )
+            values = _record(done, batch, metrics)
+            fabric.log_dict(
+                {**values, f"{name}/lr": optimizer.param_groups[0]["lr"]}, step=step_offset + done.batch_index
+            )
+            bar.update(1)
+            bar.set_postfix(loss=f"{values.get(f'{name}/loss', float(loss.detach())):.4f}")
+            done.batch_index += 1
+        if checkpoint and done.batch_index < total_batches and checkpoint.due(fabric):
             done.seconds = time.perf_counter() - started
             checkpoint.save(fabric, module, optimizer, done, meta)
     bar.close()

@@ -50,6 +50,14 @@ class WebRLModule(L.LightningModule):
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         raise NotImplementedError
 
+    def loss_weight(self, batch: dict[str, Any]) -> float:
+        """How many units `compute_loss(batch)` is the mean over: its rows, unless a subclass averages over tokens.
+
+        The training loop weighs each micro-batch of an optimizer step by it (`webrl.training`), over every
+        rank, so that a step's gradient is the mean over all its units rather than a mean of per-batch means.
+        """
+        return float(_batch_size(batch))
+
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """Parameters the optimiser updates: frozen ones (a reference model, LoRA's base) are left out."""
         return [p for p in self.parameters() if p.requires_grad]

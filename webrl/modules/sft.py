@@ -48,3 +48,7 @@ class SFTModule(WebRLModule):
             per_action = token_logprobs.sum(-1) / mask.sum(-1).clamp(min=1.0)  # (B,)
         metrics = {"sft/loss": loss.detach(), "sft/action_prob": per_action.exp().mean()}
         return loss, metrics
+
+    def loss_weight(self, batch: dict[str, torch.Tensor]) -> float:
+        """The action tokens of the batch: the loss is their mean, so a step weighs every token alike."""
+        return float(batch["action_mask"].sum())
