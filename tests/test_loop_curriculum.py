@@ -89,3 +89,20 @@ def test_a_default_run_s_critic_still_reads_the_completion_form(tmp_path):
     assert start_page_prompt(WebEnvironment.actor_prompt_builder(None))(task, html) == build_actor_prompt(
         task.intent, [], html
     ), "a rank without an engine, as in the loop's unit tests"
+
+
+def test_a_proposed_task_that_a_test_task_asks_is_refused_without_page_facts(tmp_path, env, monkeypatch):
+    """Phase 1 failed a price question; its template's new value happens to be a test task's. With page facts off
+    (the default) the loop must still hand the curriculum the held-out tasks, so the variant is refused."""
+    failed = next(task for task in env.suite("train", 0, 0) if task.intent_template_id == 101)
+    test_task = next(task for task in env.suite("test", 0, 0) if task.intent_template_id == 101)
+    monkeypatch.setattr(env, "reinstantiate", lambda task, rng, n: [test_task])
+    overrides = ["phases=2", "curriculum.mode=template", "curriculum.tasks_per_phase=1", "curriculum.page_facts=0"]
+    config = load_config(WebRLConfig, [f"output_dir={tmp_path / 'run'}", *overrides])
+    loop = PhaseLoop(config, SingleProcess(), env, None, sft_dir=tmp_path / "sft", orm_dir=None, demonstrations=[])
+    write_json_atomic(loop.layout.tasks_path(0), env.portable([failed]))
+    write_json_atomic(loop.layout.tasks_path(1), env.portable([failed]))
+    write_trajectories(loop.layout.labelled_path(1), [Trajectory(task=failed, outcome=0.0, status="exit")])
+    metrics = loop._curriculum(2)
+    assert metrics["curriculum/rejected_held_out"] == 1.0
+    assert test_task.intent not in [task.intent for task in loop.layout.tasks(2)]

@@ -166,7 +166,7 @@ class PhaseLoop:
                     critic=partial(critic_scorer, config, self.sft_dir, trained) if trained else None,
                     critic_prompt=start_page_prompt(rollout_prompt),
                     seed=stage_seed(config.seed, phase, "curriculum"),
-                    held_out=self.env.held_out_tasks() if config.curriculum.page_facts else (),
+                    held_out=self.env.held_out_tasks(),
                     resolve=self.env.resolve,
                 )
             write_json_atomic(out, self.env.portable(tasks))

@@ -6,6 +6,7 @@ answers from a function of the prompt and the sampling seed, so that every expec
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -14,15 +15,21 @@ import pytest
 
 from webrl.curriculum.config import CurriculumConfig
 from webrl.curriculum.curriculum import Curriculum
+from webrl.curriculum.page_facts import HeldOutFacts
 from webrl.curriculum.state import CurriculumState
 from webrl.data.trajectory import Task, Trajectory
+from webrl.env.splits import load_split
 from webrl.inference.engine import Completion, SamplingParams
 
 SITES = {"shopping": "http://shop.test/", "gitlab": "http://git.test/", "map": "http://map.test/"}
 
 
 class ScriptedReplyEngine:
-    """TEST DOUBLE of `InferenceEngine`: `reply(prompt, params)` decides each completion; calls are logged."""
+    """TEST DOUBLE of `InferenceEngine`: `reply(prompt, params)` decides each completion; calls are logged.
+
+    As vLLM and an OpenAI server do, it samples each prompt with that prompt's own seed (`prompt_seeds`):
+    `reply` sees the call's params with `seed` set to the prompt's.
+    """
 
     def __init__(self, reply):
         self.reply = reply
@@ -30,7 +37,8 @@ class ScriptedReplyEngine:
 
     def generate(self, prompts, params):
         self.calls.append((list(prompts), params))
-        return [Completion(text=self.reply(p, params), token_ids=[]) for p in prompts]
+        own = [dataclasses.replace(params, seed=seed, seeds=None) for seed in params.prompt_seeds(len(prompts))]
+        return [Completion(text=self.reply(p, q), token_ids=[]) for p, q in zip(prompts, own, strict=True)]
 
     def close(self):
         pass
@@ -74,8 +82,9 @@ def test_llm_phase_builds_tasks_from_failed_seeds_only():
     assert [len(seeds_in(p)) for p in prompts] == [1, 1, 2, 2]  # gitlab has a single failure
     assert all("solved" not in p for p in prompts)
     shown = [s for p in prompts for s in seeds_in(p)]
-    # Each task appears once however many calls produced it; all are new, evaluator-free, on the site's start page.
-    assert len(result.tasks) == len({s: None for s in shown}) * 2
+    # Each call samples with its own seed, so every call's tasks are new (gitlab's two turns show the same seed);
+    # all are evaluator-free, on the site's start page.
+    assert len(result.tasks) == len(shown) * 2
     for task in result.tasks:
         assert task.eval is None and not task.has_evaluator
         assert task.start_url == SITES[task.site]
@@ -84,6 +93,20 @@ def test_llm_phase_builds_tasks_from_failed_seeds_only():
     assert result.metrics["curriculum/seeds"] == 4.0
     assert result.metrics["curriculum/generated"] == 2.0 * len(shown)
     assert result.metrics["curriculum/kept"] == len(result.tasks)
+
+
+def test_each_generation_call_samples_with_its_own_seed():
+    # A site with one failure shows that failure in both of its turns: the calls are the same prompt, and an
+    # engine that seeds per request would give both the same reply if they shared one seed.
+    curriculum, engine = make(CurriculumConfig(tasks_per_phase=100, generation_turns=2, seed=3))
+    result = curriculum.propose(1, phase_inputs({"gitlab": 1}))
+    prompts = engine.calls[0][0]
+    assert prompts[0] == prompts[1]
+    first, second = (reply["reply"] for reply in result.record.replies)
+    assert first != second
+    assert len(result.tasks) == 4 and result.metrics["curriculum/rejected_duplicate"] == 0.0
+    again, _ = make(CurriculumConfig(tasks_per_phase=100, generation_turns=2, seed=3))
+    assert [t.intent for t in again.propose(1, phase_inputs({"gitlab": 1})).tasks] == [t.intent for t in result.tasks]
 
 
 def test_critic_window_filter_on_hand_made_values():
@@ -143,6 +166,24 @@ def test_dedupe_against_training_tasks_seeds_earlier_phases_and_the_batch():
     second = curriculum.propose(2, phase_inputs({"shopping": 1}, tag="again"))
     assert second.tasks == []  # every reply repeats a task given in phase 1 or before
     assert second.metrics["curriculum/duplicate_rate"] == 1.0
+
+
+def test_a_generated_task_that_a_held_out_task_asks_is_refused():
+    # The generator writes a test-split task of the embedded sites word for word (in other case and punctuation).
+    test_task = next(t for t in load_split("test") if t.site == "shopping")
+    reply = f"- `{test_task.intent.upper()}!`\n- `Compare two kettles by price`"
+    curriculum, _ = make(
+        CurriculumConfig(tasks_per_phase=10, generation_turns=1),
+        reply=lambda prompt, params: reply,
+        held_out=HeldOutFacts(load_split("test")),
+    )
+    result = curriculum.propose(1, phase_inputs({"shopping": 1}))
+    assert [t.intent for t in result.tasks] == ["Compare two kettles by price"]
+    assert [(r["intent"], r["reason"]) for r in result.record.rejected] == [
+        (f"{test_task.intent.upper()}!", "held_out")
+    ]
+    assert result.metrics["curriculum/rejected_held_out"] == 1.0
+    assert not curriculum.state.is_seen(test_task.intent)
 
 
 def test_keep_k_balanced_across_sites_round_robin():

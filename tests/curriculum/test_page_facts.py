@@ -252,3 +252,28 @@ def test_facts_read_off_real_pages_are_scored_by_their_evaluators_and_checked_af
             assert (await string_match(task.eval["reference_answers"], "I do not know"))[0] == 0.0, task.intent
 
     asyncio.run(run())
+
+
+def test_the_page_facts_offered_do_not_depend_on_the_order_of_the_trajectories():
+    # Two failed episodes, each on its own product's page: the fact drawn must be the same whichever is read first,
+    # as the seeds are (a resumed run may read the previous phase's episodes in another order).
+    products = [PRODUCT_PAGE.replace("Slate Dumbbell", name) for name in ("Red Mug", "Blue Lamp")]
+    trajectories = [
+        Trajectory(
+            task=Task(f"t{i}", f"Buy the product {name}", ["shopping"], START, instantiation_dict={"product": name}),
+            final_url=f"{START}product/{i}",
+            final_observation=page,
+            outcome=0.0,
+        )
+        for i, (name, page) in enumerate(zip(("Red Mug", "Blue Lamp"), products, strict=True))
+    ]
+    pages = dict(zip((t.final_url for t in trajectories), products, strict=True))
+
+    def offered(order: list[Trajectory]) -> list[str]:
+        config = CurriculumConfig(mode="template", page_facts=1, seed=0)
+        curriculum = Curriculum(config, reinstantiate=reinstantiate, start_observation=lambda t: pages.get(t.start_url))
+        return [t.intent for t in curriculum.propose(1, order).tasks if t.extra["curriculum"]["origin"] == "page"]
+
+    chosen = offered(trajectories)
+    assert len(chosen) == 1
+    assert offered(trajectories[::-1]) == chosen

@@ -59,10 +59,31 @@ def test_malformed_reply_keeps_what_it_can_and_names_each_drop():
         "garbage",
         "too_long",
         "multiline",
-        "multiline",
     ]
     assert parsed.rejected[0][0] == "List the orders placed in March 2023"
-    assert parsed.rejected[-1][0] == "the two cheapest kettles"
+    assert parsed.rejected[-1][0] == "Compare the prices of the two cheapest kettles"
+
+
+def test_a_span_over_several_lines_is_one_drop_with_its_whole_text():
+    reply = (
+        "- `Compare the prices of\n"
+        "the two cheapest kettles\n"
+        "in the Kitchen category`\n"
+        "- `Find my most recent order`\n"
+        "I`ve kept them short.\n"  # a stray backtick opens a span the end of the reply leaves unclosed
+    )
+    parsed = parse_task_list(reply)
+    assert parsed.tasks == ["Find my most recent order"]
+    assert parsed.rejected == [
+        ("Compare the prices of the two cheapest kettles in the Kitchen category", "multiline"),
+        ("ve kept them short.", "multiline"),
+    ]
+
+
+def test_a_stray_backtick_does_not_swallow_the_list_below_it():
+    parsed = parse_task_list("Here I`ve listed them:\n- `Find my most recent order`\n- `Show the cheapest mug`")
+    assert parsed.tasks == ["Find my most recent order", "Show the cheapest mug"]
+    assert parsed.rejected == [("ve listed them:", "multiline")]
 
 
 @pytest.mark.parametrize("reply", ["", "I cannot help with that.", "`", "``````", "\n\n- \n"])
@@ -138,6 +159,7 @@ def test_judge_prompt_carries_the_site_rules_and_the_answer_format():
         ({"value_window": (0.1,)}, "curriculum.value_window"),
         ({"top_p": 0.0}, "curriculum.top_p"),
         ({"stop": [""]}, "curriculum.stop"),
+        ({"stop": "\n\n"}, "curriculum.stop"),
         ({"min_task_chars": 50, "max_task_chars": 10}, "curriculum.min_task_chars"),
     ],
 )

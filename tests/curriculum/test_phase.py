@@ -175,6 +175,14 @@ def test_top_up_compares_intents_normalised():
     assert [t.intent for t in tasks] == ["Buy the blue lamp", "Buy the green cup"]
 
 
+def test_top_up_takes_one_task_of_an_intent_the_pool_repeats():
+    """A task set may hold one intent twice (another task id, another site): a phase must not hold it twice."""
+    pool = [task("Buy the red mug"), task("buy the red  MUG."), task("Buy the green cup")]
+    for seed in range(5):
+        tasks, _ = top_up([], wanted=3, pool=pool, used=set(), seed=seed)
+        assert sorted(t.intent for t in tasks) == ["Buy the green cup", "Buy the red mug"]
+
+
 def _shop_task(task_id: str, intent: str) -> Task:
     return Task(
         task_id=task_id,

@@ -142,7 +142,8 @@ class CurriculumConfig:
             )
         low_high = len(self.value_window) == 2 and 0.0 <= self.value_window[0] <= self.value_window[1] <= 1.0
         require(low_high, "curriculum.value_window", self.value_window, "must be [low, high], 0 <= low <= high <= 1")
-        stops_ok = all(isinstance(stop, str) and stop for stop in self.stop)
+        # A bare string would pass as a list of its characters: "\n\n" would stop every reply at its first newline.
+        stops_ok = isinstance(self.stop, (list, tuple)) and all(isinstance(stop, str) and stop for stop in self.stop)
         require(stops_ok, "curriculum.stop", self.stop, "must be a list of non-empty strings")
         within("curriculum.top_p", self.top_p, 0, 1, open_low=True)
         at_least("curriculum.temperature", self.temperature, 0)

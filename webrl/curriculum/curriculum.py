@@ -10,9 +10,9 @@ Per phase:
    also offers questions about labelled values on the pages the previous phase's episodes reached
    (`page_facts.page_fact_tasks`: fields of the entities the agent met, each with its evaluator).
 3. Filters, cheap first: dedupe against every intent seen so far (training set, seeds, earlier
-   phases' tasks) and within the phase; the critic's P(success) on the task's start page must lie in
-   `value_window` (skipped while no critic exists); then, while choosing, an optional feasibility
-   judge on LLM-made tasks (`FeasibilityJudge`).
+   phases' tasks) and within the phase, and refuse any intent a held-out task asks; the critic's
+   P(success) on the task's start page must lie in `value_window` (skipped while no critic exists);
+   then, while choosing, an optional feasibility judge on LLM-made tasks (`FeasibilityJudge`).
 4. Keep K, balanced across sites: candidates are taken round-robin from per-site queues shuffled by
    a per-phase stream, and a site whose candidate the judge refuses gets the next turn back. At most
    `max_per_template` kept tasks may share an intent template: a candidate of a full template is set aside
@@ -59,6 +59,7 @@ PARSE_REASONS = ("empty", "multiline", "too_short", "too_long", "garbage")
 _FILTER_OF_REASON = {
     **{reason: "parse" for reason in PARSE_REASONS},
     "duplicate": "duplicate",
+    "held_out": "held_out",
     "critic_low": "critic",
     "critic_high": "critic",
     "infeasible": "judge",
@@ -97,9 +98,8 @@ class Curriculum:
     (task, html)` builds the critic's input; it must be the first-step prompt in the form the rollouts record,
     which the critic is trained on (the loop passes `phase.start_page_prompt` of the rollouts' builder). The
     default, the round-0 actor prompt in completion form, is that form only for actors without a chat
-    template. `held_out` holds the facts
-    of the held-out tasks, which page-fact tasks must not ask; page facts also need `start_observation`, which
-    opens each fact's page afresh to check it.
+    template. `held_out` holds the intents and facts of the held-out tasks, which no candidate may ask; page
+    facts also need `start_observation`, which opens each fact's page afresh to check it.
     """
 
     def __init__(
@@ -174,7 +174,7 @@ class Curriculum:
         fresh = self._dedupe(candidates, record)
         if critic is not None:
             fresh = self._critic_filter(fresh, critic, record)
-        tasks = self._finalise(phase, self._select(phase, fresh, record))
+        tasks = _finalise(phase, self._select(phase, fresh, record))
         record.kept = [task.to_dict() for task in tasks]
         record.metrics = _metrics(seeds, candidates, tasks, record)
         self.state.mark_seen(task.intent for task in tasks)
@@ -229,18 +229,25 @@ class Curriculum:
     def _from_pages(self, phase: int, trajectories: list[Trajectory], record: PhaseRecord) -> list[_Candidate]:
         """Up to `page_facts` page-fact tasks in the order the phase's stream draws them, each whose page still
         shows its fact when opened afresh (`checked_facts`). Questions asked in earlier phases are left out before
-        the check, so that a page that every phase revisits does not take the slots of facts not yet asked."""
-        tasks = [t for t in page_fact_tasks(trajectories, self.held_out) if not self.state.is_seen(t.intent)]
+        the check, so that a page that every phase revisits does not take the slots of facts not yet asked. The
+        episodes are read in task-id order, as the seeds are chosen in an order of their own: the facts are listed
+        first-seen, and the shuffle of that list must not depend on the order the episodes came in."""
+        episodes = sorted(trajectories, key=lambda trajectory: trajectory.task.task_id)
+        tasks = [t for t in page_fact_tasks(episodes, self.held_out) if not self.state.is_seen(t.intent)]
         phase_rng(self.config.seed, phase, "pages").shuffle(tasks)
         kept, refused = checked_facts(tasks, self.config.page_facts, self._start_html)
         record.rejected.extend(_rejection(t.intent, t.site, "page", "unverified", t.start_url) for t in refused)
         return [_Candidate(task, "page", task.instantiation_dict["subject"]) for task in kept]
 
     def _dedupe(self, candidates: list[_Candidate], record: PhaseRecord) -> list[_Candidate]:
+        """The candidates whose intent is new, the first of each; one that a held-out task asks is refused as
+        `held_out`: a generator may write an evaluation task word for word, which training must not see."""
         fresh, keys = [], set()
         for candidate in candidates:
             key = normalise_intent(candidate.task.intent)
-            if key in self.state.seen or key in keys:
+            if self.held_out.has_intent(key):
+                record.rejected.append(_rejection_of(candidate, "held_out"))
+            elif key in self.state.seen or key in keys:
                 record.rejected.append(_rejection_of(candidate, "duplicate"))
             else:
                 keys.add(key)
@@ -321,21 +328,23 @@ class Curriculum:
         # Template tasks are feasible by construction: the site's reference solver solves their template.
         return self.judge is not None and candidate.origin == "llm"
 
-    def _finalise(self, phase: int, kept: list[_Candidate]) -> list[Task]:
-        tasks = []
-        for index, candidate in enumerate(kept):
-            provenance = {"phase": phase, "origin": candidate.origin, "source": candidate.source}
-            if candidate.origin == "template":
-                provenance["template_task_id"] = candidate.task.task_id
-            if candidate.value is not None:
-                provenance["critic_value"] = candidate.value
-            task = dataclasses.replace(
-                candidate.task,
-                task_id=f"curriculum-p{phase}-{index:04d}",
-                extra={**candidate.task.extra, "curriculum": provenance},
-            )
-            tasks.append(task)
-        return tasks
+
+def _finalise(phase: int, kept: list[_Candidate]) -> list[Task]:
+    """The kept candidates as the phase's tasks: ids in the order kept, and their provenance in `extra`."""
+    tasks = []
+    for index, candidate in enumerate(kept):
+        provenance = {"phase": phase, "origin": candidate.origin, "source": candidate.source}
+        if candidate.origin == "template":
+            provenance["template_task_id"] = candidate.task.task_id
+        if candidate.value is not None:
+            provenance["critic_value"] = candidate.value
+        task = dataclasses.replace(
+            candidate.task,
+            task_id=f"curriculum-p{phase}-{index:04d}",
+            extra={**candidate.task.extra, "curriculum": provenance},
+        )
+        tasks.append(task)
+    return tasks
 
 
 def _metrics(
@@ -349,7 +358,7 @@ def _metrics(
         "curriculum/unused": float(by_filter["unused"]),
         "curriculum/duplicate_rate": by_filter["duplicate"] / len(candidates) if candidates else 0.0,
     }
-    for name in ("parse", "duplicate", "critic", "judge", "no_template", "template_cap", "page_check"):
+    for name in ("parse", "duplicate", "held_out", "critic", "judge", "no_template", "template_cap", "page_check"):
         metrics[f"curriculum/rejected_{name}"] = float(by_filter[name])
     for origin, count in sorted(Counter(task.extra["curriculum"]["origin"] for task in tasks).items()):
         metrics[f"curriculum/kept_{origin}"] = float(count)

@@ -20,7 +20,7 @@ from typing import Any
 
 from webrl.curriculum.config import CurriculumConfig
 from webrl.data.prompts import uses_chat_template
-from webrl.inference.engine import InferenceEngine, SamplingParams
+from webrl.inference.engine import InferenceEngine, SamplingParams, digest_seed
 
 GENERATOR_SYSTEM_PROMPT = (
     "You write tasks for an AI assistant that operates a website on behalf of its users. "
@@ -81,13 +81,29 @@ def parse_task_list(reply: str, min_chars: int = 12, max_chars: int = 300) -> Pa
     """Every back-ticked span of `reply` as one candidate task, checked and cleaned.
 
     Spans are read line by line, since a task is one line: a backtick left unpaired on its line
-    opens a span that runs onto another line and is dropped as "multiline". Runs of three or more
-    backticks are code fences and are ignored; "``" is an empty span. Dropped spans carry one of
-    the reasons "empty", "multiline", "too_short", "too_long", "garbage".
+    opens a span that runs onto later lines and is dropped as "multiline", once, with its whole
+    text, so that the parse count is a count of spans. The next line with an unpaired backtick
+    closes it; a line with paired backticks only, or a code fence, ends it unclosed (a stray
+    backtick, "I`ve", must not swallow the list below it). Runs of three or more backticks are
+    code fences and are ignored; "``" is an empty span. Dropped spans carry one of the reasons
+    "empty", "multiline", "too_short", "too_long", "garbage".
     """
     parsed = ParsedReply()
+    pending: list[str] | None = None  # the pieces of a span opened on an earlier line
     for line in reply.splitlines():
-        spans, dangling = _line_spans(line)
+        delimiters, spans, fenced = _backticks(line)
+        if pending is not None:
+            if not delimiters and not spans and not fenced:
+                pending.append(line)
+                continue
+            if len(delimiters) % 2:
+                pending.append(line[: delimiters[0]])
+                delimiters = delimiters[1:]
+            parsed.rejected.append((" ".join(" ".join(pending).split()), "multiline"))
+            pending = None
+        spans += [
+            line[opening + 1 : closing] for opening, closing in zip(delimiters[::2], delimiters[1::2], strict=False)
+        ]
         for span in spans:
             text = _clean(span)
             reason = _check(text, min_chars, max_chars)
@@ -95,28 +111,33 @@ def parse_task_list(reply: str, min_chars: int = 12, max_chars: int = 300) -> Pa
                 parsed.tasks.append(text)
             else:
                 parsed.rejected.append((text, reason))
-        if dangling is not None:
-            parsed.rejected.append((dangling.strip(), "multiline"))
+        if len(delimiters) % 2:
+            # An unpaired backtick opens a span (text follows it, or nothing but a bullet precedes it) or
+            # closes one whose opening is not in the reply.
+            after, before = line[delimiters[-1] + 1 :], line[: delimiters[-1]].lstrip("-*• \t")
+            if after.strip() or not before.strip():
+                pending = [after]
+            else:
+                parsed.rejected.append((before.strip(), "multiline"))
+    if pending is not None:
+        parsed.rejected.append((" ".join(" ".join(pending).split()), "multiline"))
     return parsed
 
 
-def _line_spans(line: str) -> tuple[list[str], str | None]:
-    """The spans between paired single backticks of one line, and the text after an unpaired one."""
+def _backticks(line: str) -> tuple[list[int], list[str], bool]:
+    """The positions of the single backticks of one line, its empty spans ("``"), and whether it has a fence."""
     delimiters: list[int] = []
     spans: list[str] = []
+    fenced = False
     for run in _BACKTICK_RUN.finditer(line):
         width = run.end() - run.start()
         if width == 1:
             delimiters.append(run.start())
         elif width == 2:
             spans.append("")
-    for opening, closing in zip(delimiters[::2], delimiters[1::2], strict=False):
-        spans.append(line[opening + 1 : closing])
-    if len(delimiters) % 2 == 0:
-        return spans, None
-    # An unpaired backtick either opens a span (text follows it) or closes one opened on an earlier line.
-    after, before = line[delimiters[-1] + 1 :], line[: delimiters[-1]]
-    return spans, after if after.strip() else before.lstrip("-*• \t")
+        else:
+            fenced = True
+    return delimiters, spans, fenced
 
 
 def _clean(span: str) -> str:
@@ -150,7 +171,10 @@ class TaskGenerator:
     """Evolves failed tasks into new candidate intents with an LLM (in-breadth evolving, docs/method.md §3.1).
 
     All calls of a phase go to the engine as one batch, so a vLLM engine decodes them together;
-    the sampling seed comes from the caller (the curriculum derives it from (seed, phase)).
+    the sampling seed comes from the caller (the curriculum derives it from (seed, phase)), and each call
+    gets its own seed derived from it and the call's index: engines that seed per request (vLLM, an
+    OpenAI server) would otherwise draw the same noise for every call, so a site's turns, whose prompts
+    are alike (the same seeds when the site has few failures), would return the same reply.
     """
 
     def __init__(self, engine: InferenceEngine, config: CurriculumConfig, chat_template_tokenizer: Any = None) -> None:
@@ -173,6 +197,7 @@ class TaskGenerator:
             max_tokens=self.config.max_tokens,
             stop=list(self.config.stop),
             seed=seed,
+            seeds=[digest_seed(seed, call) for call in range(len(requests))],
         )
         completions = self.engine.generate([self.prompt(request) for request in requests], params)
         if len(completions) != len(requests):

@@ -112,11 +112,17 @@ class HeldOutFacts:
 
     def __init__(self, tasks: Iterable[Task] = ()) -> None:
         self._asked: list[tuple[set[str], list[list[list[str]]]]] = []
+        self._intents: set[str] = set()
         for task in tasks:
+            self._intents.add(normalise_intent(task.intent))
             answers = _reference_answers(task)
             if answers:
                 entities = {normalise_intent(str(value)) for value in task.instantiation_dict.values()}
                 self._asked.append((entities, answers))
+
+    def has_intent(self, intent: str) -> bool:
+        """Whether a held-out task asks `intent` (compared normalised, as the curriculum's dedupe compares)."""
+        return normalise_intent(intent) in self._intents
 
     def covers(self, subject: str, answer: str) -> bool:
         value = f" {normalise_intent(answer)} "

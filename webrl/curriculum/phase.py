@@ -51,7 +51,8 @@ def top_up(
     A phase with no tasks could not train; topping up from the training split keeps the phase size
     at `wanted`. `used` holds the intents of earlier phases; the tasks' own intents are added here.
     Intents are compared normalised (`normalise_intent`), as the curriculum's dedupe compares them, so
-    a pool task that differs from a used one only in case, spacing or end punctuation is not taken.
+    a pool task that differs from a used one only in case, spacing or end punctuation is not taken, nor
+    a second pool task of an intent the pool already offers (a task set may repeat an intent).
     With `max_per_template` > 0 no template may pass that many tasks in the phase: a drawn task of a
     full template is skipped and a replacement drawn, so a cap that never binds draws exactly the
     uncapped sample. Returns the tasks and the number skipped for the cap.
@@ -60,7 +61,7 @@ def top_up(
     if missing <= 0:
         return tasks, 0
     taken = {normalise_intent(intent) for intent in used} | {normalise_intent(task.intent) for task in tasks}
-    fresh = [task for task in pool if normalise_intent(task.intent) not in taken]
+    fresh = _unused(pool, taken)
     rng = random.Random(seed)
     per_template = Counter(task.intent_template for task in tasks)
     added: list[Task] = []
@@ -76,6 +77,17 @@ def top_up(
         chosen = set(drawn)
         fresh = [task for index, task in enumerate(fresh) if index not in chosen]
     return tasks + added, skipped
+
+
+def _unused(pool: Sequence[Task], taken: set[str]) -> list[Task]:
+    """The tasks of `pool` whose normalised intent is not in `taken`, the first of each intent, in pool order."""
+    fresh = []
+    for task in pool:
+        key = normalise_intent(task.intent)
+        if key not in taken:
+            taken.add(key)
+            fresh.append(task)
+    return fresh
 
 
 def with_stored_tasks(trajectories: Sequence[Trajectory], stored: Sequence[Task]) -> list[Trajectory]:
@@ -133,8 +145,9 @@ def phase_tasks(
     from `first_tasks`, the training tasks of phase 0. `earlier_tasks` (every earlier phase's tasks as
     stored) are marked seen as well: the tasks a phase was topped up with are chosen after its state is
     saved, so only the stored task lists keep them from being proposed again. `held_out` are the tasks
-    whose facts page-fact tasks must not ask (the evaluation's). `critic_prompt(task, html)` is the
-    critic's input for a task on its start page (`start_page_prompt`); None keeps `Curriculum`'s default.
+    whose intents no proposed task and whose facts no page-fact task may ask (the evaluation's).
+    `critic_prompt(task, html)` is the critic's input for a task on its start page (`start_page_prompt`);
+    None keeps `Curriculum`'s default.
     """
     state = CurriculumState.load(previous_dir) if (previous_dir / STATE_FILE).exists() else None
     curriculum = Curriculum(
@@ -176,7 +189,7 @@ def propose_phase_tasks(
     yet); the generator is built only when the curriculum's mode or judge needs one, loading a model
     costs seconds to minutes. `critic_prompt` is what the critic scores a task by (`start_page_prompt` of
     the rollouts' prompt builder, so the critic sees the prompt form it was trained on). `pool` is the
-    whole training split, `seed` the top-up's, `held_out` the tasks page-fact tasks must not ask about.
+    whole training split, `seed` the top-up's, `held_out` the tasks no proposed task may ask.
     `resolve` points the stored phase tasks at this launch's sites (`WebEnvironment.resolve`); the previous
     phase's trajectories get those task records (`with_stored_tasks`). Every earlier phase's tasks count as
     seen, by the proposal and the top-up alike; a phase left short of `tasks_per_phase` is logged as a warning.
