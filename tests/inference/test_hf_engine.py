@@ -6,6 +6,7 @@ neighbours leave it (pad is EOS for SmolLM2 and the SFT actors), nor on their le
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -192,3 +193,42 @@ def test_an_eos_the_model_emits_is_kept_while_a_stopped_neighbour_gets_none(
     assert (batched[1].finish_reason, batched[1].text) == ("stop", texts[1])
     assert batched[2].finish_reason == "stop" and eos not in batched[2].token_ids
     assert len(batched[2].token_ids) < 12, "the stopped row must end while its batch still decodes"
+
+
+def test_unseeded_sampling_draws_anew_on_every_call(engine: HFEngine, prompts: list[str]) -> None:
+    # As from vLLM: without a seed, the same prompts sample new answers each call, not the same noise again.
+    unseeded = SamplingParams(temperature=1.0, max_tokens=12)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        first = [c.token_ids for c in engine.generate(prompts, unseeded)]
+        second = [c.token_ids for c in engine.generate(prompts, unseeded)]
+        torch.manual_seed(0)
+        again = [c.token_ids for c in engine.generate(prompts, unseeded)]
+    assert first != second
+    assert again == first, "they are the process's draws"
+
+
+@pytest.fixture(scope="module")
+def decoding_defaults_dir(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with a `generation_config.json` that sets decoding defaults, as Qwen2.5's does."""
+    path = tmp_path_factory.mktemp("decoding_defaults")
+    shutil.copytree(tiny_model_dir, path, dirs_exist_ok=True)
+    config = json.loads((path / "generation_config.json").read_text())
+    config.update(repetition_penalty=3.0, no_repeat_ngram_size=1, min_p=0.5, top_k=2, do_sample=True, temperature=0.1)
+    (path / "generation_config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_a_checkpoints_decoding_defaults_do_not_change_what_the_engine_decodes(
+    engine: HFEngine, decoding_defaults_dir, prompts: list[str], greedy_reference
+) -> None:
+    # vLLM's LLM.generate takes only EOS ids from generation_config.json; the settings are SamplingParams' alone.
+    defaults = HFEngine(decoding_defaults_dir, batch_size=2)
+    greedy = SamplingParams(temperature=0, max_tokens=12)
+    for prompt, completion in zip(prompts, defaults.generate(prompts, greedy), strict=True):
+        assert completion.token_ids == greedy_reference(defaults.model, defaults.tokenizer, prompt, 12)[0]
+    sampled = SamplingParams(temperature=1.0, max_tokens=12, seed=5)
+    assert [c.token_ids for c in defaults.generate(prompts, sampled)] == [
+        c.token_ids for c in engine.generate(prompts, sampled)
+    ]
+    assert defaults.eos_ids == engine.eos_ids

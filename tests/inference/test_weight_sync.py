@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from tests.single_process import SingleProcess
 from webrl.config import load_config
@@ -62,6 +63,24 @@ def test_hf_engine_decodes_like_the_trained_model_after_an_in_memory_load(
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
     _train_a_little(model, tokenizer)
     engine.load_state_dict(full_state_dict(model))
+    assert [c.token_ids for c in engine.generate(prompts, GREEDY)] == [
+        greedy_reference(model, tokenizer, p, 10)[0] for p in prompts
+    ]
+
+
+def test_hf_engine_takes_the_weights_of_a_saved_tied_actor_as_the_vllm_engine_does(
+    tiny_model_dir, prompts, greedy_reference, tmp_path
+) -> None:
+    # save_pretrained keeps a tied LM head under the embedding's name only: the file has no lm_head.weight.
+    engine = HFEngine(tiny_model_dir)
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    assert model.config.tie_word_embeddings
+    _train_a_little(model, tokenizer)
+    model.save_pretrained(tmp_path / "actor")
+    saved = load_file(tmp_path / "actor" / "model.safetensors")
+    assert "lm_head.weight" not in saved
+    engine.push_weights(saved.items(), model_path=tmp_path / "actor")
+    assert engine.model_path == tmp_path / "actor"
     assert [c.token_ids for c in engine.generate(prompts, GREEDY)] == [
         greedy_reference(model, tokenizer, p, 10)[0] for p in prompts
     ]

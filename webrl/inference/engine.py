@@ -107,6 +107,23 @@ class ReloadableEngine(InferenceEngine, Protocol):
     def push_weights(self, named_tensors: Iterable[tuple[str, Any]], model_path: str | Path | None = None) -> None: ...
 
 
+def with_tied_head(weights: Iterable[tuple[str, Any]], ties_embeddings: bool) -> Iterator[tuple[str, Any]]:
+    """The `(name, tensor)` pairs (detached), plus `lm_head.weight` = the input embedding when the model ties them
+    and the pairs lack it.
+
+    `save_pretrained` writes a tied head under one name only, so weights read back from a saved actor have no
+    `lm_head.weight`; both reloadable engines take them alike through this.
+    """
+    has_head, embedding = False, None
+    for name, tensor in weights:
+        has_head = has_head or name == "lm_head.weight"
+        if name.endswith("embed_tokens.weight"):
+            embedding = tensor
+        yield name, tensor.detach()
+    if ties_embeddings and not has_head and embedding is not None:
+        yield "lm_head.weight", embedding.detach()
+
+
 def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
     """Cut `text` at the earliest occurrence of any stop string; say whether one was found."""
     cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)

@@ -4,20 +4,36 @@ It needs nothing beyond transformers, so the tiny embedded recipe and every CPU 
 without vLLM, and its greedy output is the reference that weight-sync tests compare vLLM against.
 It follows vLLM's conventions (see `webrl.inference.engine`): BOS added by the tokenizer, top-k
 off, text cut before the first stop string, EOS kept in `token_ids` but not in `text`, raw
-(pre-temperature) log-probabilities.
+(pre-temperature) log-probabilities, and only the settings of `SamplingParams`: of the checkpoint's
+`generation_config.json` only the token ids (EOS, pad, BOS) count.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedModel,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
-from webrl.inference.engine import Completion, SamplingParams, digest_seed, torch_threads, truncate_at_stop
+from webrl.inference.engine import (
+    Completion,
+    SamplingParams,
+    digest_seed,
+    torch_threads,
+    truncate_at_stop,
+    with_tied_head,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +80,7 @@ class HFEngine:
     def reload(self, model_path: str | Path) -> None:
         """Load the weights saved in `model_path` (a `save_pretrained` directory) into this engine."""
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype, local_files_only=True)
+        model.generation_config = _token_ids_only(model.generation_config)
         self.model = model.to(self.device).eval()
         self.model_path = Path(model_path)
 
@@ -75,9 +92,11 @@ class HFEngine:
     def push_weights(
         self, named_tensors: Iterable[tuple[str, torch.Tensor]], model_path: str | Path | None = None
     ) -> None:
-        """`load_state_dict` of the `(name, tensor)` pairs; `model_path`, the directory they were saved to, is recorded
-        as the engine's `model_path` (what it now serves)."""
-        self.load_state_dict(dict(named_tensors))
+        """`load_state_dict` of the `(name, tensor)` pairs in checkpoint naming, with a tied LM head's key added when
+        they lack it (as the vLLM engine does); `model_path`, the directory they were saved to, is recorded as the
+        engine's `model_path` (what it now serves)."""
+        ties = bool(getattr(self._require_model().config.get_text_config(), "tie_word_embeddings", False))
+        self.load_state_dict(dict(with_tied_head(named_tensors, ties)))
         if model_path is not None:
             self.model_path = Path(model_path)
 
@@ -91,10 +110,7 @@ class HFEngine:
                 )
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[Completion | None] = [None] * len(prompts)
-        with torch_threads(self.num_threads), torch.random.fork_rng(devices=[]), torch.no_grad():
-            call_seed = _call_seed(params, len(prompts))
-            if call_seed is not None:
-                torch.manual_seed(call_seed)
+        with torch_threads(self.num_threads), _seeded(_call_seed(params, len(prompts))), torch.no_grad():
             for chunk in self._chunks(order, [len(ids) for ids in encoded], params.max_tokens):
                 completions = self._generate_chunk(model, [encoded[i] for i in chunk], params)
                 for index, completion in zip(chunk, completions, strict=True):
@@ -240,6 +256,34 @@ class _RowEnds(StoppingCriteria):
                 self.ends[row] = step
                 self.by_eos[row] = by_eos
         return torch.tensor([end is not None for end in self.ends], dtype=torch.bool, device=input_ids.device)
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None) -> Iterator[None]:
+    """Draw from a stream of `seed`, leaving the caller's random state as it was; None: from the process's stream.
+
+    Unseeded calls must advance the process's stream like any other draw: a forked and restored state would
+    give every unseeded call the same noise, so the same prompts would sample the same answers call after call.
+    """
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _token_ids_only(loaded: GenerationConfig) -> GenerationConfig:
+    """`loaded` with only its token ids kept, so that `generate` applies no decoding default of the checkpoint.
+
+    `generate` fills every setting it is not passed from the model's generation config: a checkpoint's
+    repetition_penalty, no_repeat_ngram_size, min_p or suppressed tokens (Qwen2.5's config has some, and
+    `save_pretrained` copies them into every actor saved from it) would change what this engine decodes,
+    while vLLM's `LLM.generate` takes only the EOS ids from that file.
+    """
+    return GenerationConfig(
+        bos_token_id=loaded.bos_token_id, eos_token_id=loaded.eos_token_id, pad_token_id=loaded.pad_token_id
+    )
 
 
 def _call_seed(params: SamplingParams, count: int) -> int | None:

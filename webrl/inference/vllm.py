@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from webrl.hardware import cpu_computes_bf16, cpu_engine_dtype
-from webrl.inference.engine import Completion, SamplingParams, torch_threads
+from webrl.inference.engine import Completion, SamplingParams, torch_threads, with_tied_head
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class VLLMEngine:
         `lm_head.weight` restores the LM head's OLD values over the new embedding, so the tied key
         is added here when it is missing.
         """
-        weights: Iterable[tuple[str, torch.Tensor]] = _with_tied_head(named_tensors, self._ties_embeddings())
+        weights: Iterable[tuple[str, torch.Tensor]] = with_tied_head(named_tensors, self._ties_embeddings())
         if self.workers_apart:
             weights = list(weights)
         with torch_threads(self.num_threads):
@@ -207,20 +207,6 @@ class VLLMEngine:
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
         self.llm = None
-
-
-def _with_tied_head(
-    weights: Iterable[tuple[str, torch.Tensor]], ties_embeddings: bool
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """The weights, plus `lm_head.weight` = the input embedding when the model ties them and it is absent."""
-    has_head, embedding = False, None
-    for name, tensor in weights:
-        has_head = has_head or name == "lm_head.weight"
-        if name.endswith("embed_tokens.weight"):
-            embedding = tensor
-        yield name, tensor.detach()
-    if ties_embeddings and not has_head and embedding is not None:
-        yield "lm_head.weight", embedding.detach()
 
 
 def _stream_safetensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
