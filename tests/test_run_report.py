@@ -329,3 +329,76 @@ def test_the_phase_views_send_the_report_and_its_plots_to_an_offline_wandb_run(t
             assert image.format == "PNG" and image.width > 300 and image.height > 150
     [page] = list((files / "media" / "html").glob("report_*.html"))
     assert "WebRL run report" in page.read_text(encoding="utf-8")
+
+
+UNTRUSTED = "<p>a comment <!--<script> opened and never closed, then </script> and </p>"
+"""Page text as an observation may hold it: the comment-then-script form keeps the HTML parser from closing the
+script element that holds the browser's JSON, at its own end tag included, unless every `<` there is escaped."""
+
+
+def _odd_run(root, oddity: str) -> str:
+    """A one-phase run with page text and a model output carrying markup ("markup"), or whose critic scored a step
+    NaN ("nan", a diverged critic); returns the observation of the first held-out episode's first step."""
+    layout = RunLayout(root)
+    first = _trajectory("a", "shopping", 1, True, 1)
+    if oddity == "markup":
+        first.steps[0].observation = UNTRUSTED
+        first.steps[1].response = '</script><script>document.title = "owned"</script>'
+    write_trajectories(layout.eval_path(1, 0), [first, _trajectory("b", "shopping", 1, False, 1)])
+    write_trajectories(layout.labelled_path(1), [first])
+    v = float("nan") if oddity == "nan" else 0.25
+    write_step_values(layout.advantages_path(1), trajectory_to_samples(first), [v, 0.5], [0.5, 0.75], [v, 0.25])
+    return first.steps[0].observation
+
+
+def _nan_filter_values(root) -> None:
+    """A phase whose curriculum critic and replay filter scored some candidates NaN or infinite (a diverged model)."""
+    layout = RunLayout(root)
+    nan = float("nan")
+    kept = [{"curriculum": {"critic_value": value}} for value in (0.3, nan)]
+    write_json_atomic(layout.phase_dir(1) / "curriculum_state.json", {"record": {"kept": kept, "rejected": []}})
+    steps = [{"score": score, "kept": kept} for score, kept in ((0.6, True), (nan, False), (float("inf"), False))]
+    write_json_atomic(layout.replay_scores_path(1), {"window": {"low": 0.5, "high": 0.95}, "steps": steps})
+    record = {"phase": 1, "curriculum/generated": 2.0, "curriculum/kept": 2.0, "replay/kept": 1.0}
+    write_phase_row(layout.phases_csv, record)
+
+
+def test_nan_values_are_counted_apart_in_the_histograms(tmp_path):
+    _nan_filter_values(tmp_path)
+    assert histogram_counts([0.3, float("nan"), float("inf"), -float("inf")]) == [0] * 6 + [1] + [0] * 13
+    page = RunReport(tmp_path).html()  # a NaN used to stop the whole report: cannot convert float NaN to integer
+    for legend in ("kept (1, 1 not finite)", "kept (1)", "not kept (0, 2 not finite)"):
+        assert f">{legend}<" in page, legend
+
+
+@pytest.mark.parametrize("oddity", ["markup", "nan"])
+def test_untrusted_strings_and_nan_values_leave_the_browser_whole(run, pool, tmp_path, oddity):
+    observation = _odd_run(tmp_path, oddity)
+    path = RunReport(tmp_path).write()
+
+    async def browse() -> dict:
+        page = await (await pool.browser()).new_page()
+        page.set_default_timeout(10_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        await page.goto(path.as_uri())
+        seen = {"count": await page.text_content("#count"), "title": await page.title(), "errors": errors}
+        if seen["count"]:  # the browser ran: look at the trained episode's steps
+            await page.select_option("#f-kind", "train")
+            await page.click("#list li:first-child")
+            seen["critic"] = await page.locator("#detail .critic").all_inner_texts()
+            seen["observation"] = await page.locator("#detail .step pre").first.text_content()
+        await page.close()
+        return seen
+
+    value = "nan" if oddity == "nan" else "0.250"
+    assert run(browse()) == {
+        "count": "3 of 3 trajectories",
+        "title": f"WebRL run report: {tmp_path.name}",
+        "critic": [
+            f"V(s) {value} · V(s') 0.500 · advantage {'' if oddity == 'nan' else '+'}{value} (actor stage of phase 1)",
+            "V(s) 0.500 · V(s') 0.750 · advantage +0.250 (actor stage of phase 1)",
+        ],
+        "observation": observation,
+        "errors": [],
+    }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -162,7 +163,7 @@ def browser_html(
     first group and the last side by side (None: no such view).
     """
     filters = [*filters, ("success", "evaluator"), ("orm", "ORM")]
-    data = json.dumps(records, ensure_ascii=False).replace("</", "<\\/")
+    data = script_json(records)
     config = json.dumps({"filters": [key for key, _ in filters], "compare": compare[0] if compare else None})
     selects = "".join(
         f'<label>{html.escape(label)} <select id="f-{key}" data-key="{key}"><option value="">all</option></select>'
@@ -181,6 +182,28 @@ def browser_html(
         + f'<script type="application/json" id="trajectories">{data}</script>'
         f'<script type="application/json" id="browser-config">{config}</script><script>{SCRIPT}</script>'
     )
+
+
+def script_json(value: Any) -> str:
+    """`value` as JSON that a `<script type="application/json">` element holds whole, whatever strings it carries.
+
+    Every `<` is written `\\u003c`: page text or a model's output with `</script>`, or with `<!--<script>` (which
+    puts the HTML parser in a state where not even the element's own end tag closes it), would otherwise end the
+    element early or swallow the rest of the page. A NaN or infinite number (a diverged critic's V(s)) is written
+    as a string: JSON has no such numbers, and one would make the page's JSON.parse, so the whole browser, fail.
+    """
+    return json.dumps(_finite(value), ensure_ascii=False, allow_nan=False).replace("<", "\\u003c")
+
+
+def _finite(value: Any) -> Any:
+    """`value` with each NaN or infinite float replaced by its name (`nan`, `inf`, `-inf`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 CSS = """
@@ -214,6 +237,7 @@ SCRIPT = r"""
     `<div class="shot">${img(src, alt)}<div class="box" style="left:${pct(box[0])};top:${pct(box[1])};` +
     `width:${pct(box[2])};height:${pct(box[3])}"></div></div>`;
   const numeric = (a, b) => a.localeCompare(b, undefined, {numeric: true});
+  const fixed = (v) => (typeof v === "number" ? v.toFixed(3) : esc(v));
   for (const k of keys) {
     const sel = document.getElementById("f-" + k);
     [...new Set(all.map((t) => val(t, k)))].sort(numeric).forEach((v) => sel.add(new Option(v, v)));
@@ -223,8 +247,8 @@ SCRIPT = r"""
     return `<div class="step"><b>step ${i}</b> <small>${esc(s.url)}</small>${boxed(s.shot, s.box, "step " + i)}` +
       `<details><summary>observation</summary><pre>${esc(s.obs)}</pre></details><pre>${esc(s.response)}</pre>` +
       (s.action ? `<small>action: ${esc(JSON.stringify(s.action))}</small>` : "") +
-      (s.critic ? `<div class="critic">V(s) ${s.critic.value.toFixed(3)} · V(s') ${s.critic.next_value.toFixed(3)}` +
-        ` · advantage ${s.critic.advantage >= 0 ? "+" : ""}${s.critic.advantage.toFixed(3)}` +
+      (s.critic ? `<div class="critic">V(s) ${fixed(s.critic.value)} · V(s') ${fixed(s.critic.next_value)}` +
+        ` · advantage ${s.critic.advantage >= 0 ? "+" : ""}${fixed(s.critic.advantage)}` +
         ` <small>(actor stage of phase ${s.critic.scored_in})</small></div>` : "") +
       (s.error ? `<div class="bad">${esc(s.error)}</div>` : "") + "</div>";
   }

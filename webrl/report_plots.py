@@ -8,6 +8,7 @@ the run holds nothing to draw, so that the report can say so in place of the fig
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -212,11 +213,22 @@ HISTOGRAM_BINS = 20
 
 
 def histogram_counts(values: Sequence[float], bins: int = HISTOGRAM_BINS) -> list[int]:
-    """How many `values` fall in each of `bins` equal bins of [0, 1]; a bin holds its left edge, the last both."""
+    """How many `values` fall in each of `bins` equal bins of [0, 1]; a bin holds its left edge, the last both.
+
+    A NaN or infinite value (a diverged critic or actor scored it) falls in no bin, so that it cannot stop the
+    whole report; the histogram's legend counts it apart (`_series_label`).
+    """
     counts = [0] * bins
     for value in values:
-        counts[min(max(int(value * bins), 0), bins - 1)] += 1
+        if math.isfinite(value):
+            counts[min(max(int(value * bins), 0), bins - 1)] += 1
     return counts
+
+
+def _series_label(name: str, values: Sequence[float]) -> str:
+    """`kept (3)`, or `kept (3, 1 not finite)` when some values are NaN or infinite and so left out of the bins."""
+    odd = sum(not math.isfinite(value) for value in values)
+    return f"{name} ({len(values) - odd}" + (f", {odd} not finite)" if odd else ")")
 
 
 def _histograms(panels: list[tuple[str, dict[str, list[float]], tuple[float, float]]], xlabel: str) -> Plot:
@@ -229,7 +241,9 @@ def _histograms(panels: list[tuple[str, dict[str, list[float]], tuple[float, flo
             axes.axvspan(low, high, color="#cde8cd", zorder=0, label=f"window [{low:g}, {high:g}]")
             for name, values in series.items():
                 if values:
-                    axes.stairs(histogram_counts(values), edges, fill=True, alpha=0.6, label=f"{name} ({len(values)})")
+                    axes.stairs(
+                        histogram_counts(values), edges, fill=True, alpha=0.6, label=_series_label(name, values)
+                    )
             axes.set(title=title, xlabel=xlabel, xlim=(0, 1))
             axes.legend(frameon=False, fontsize=7)
         grid[0][0].set_ylabel("count")

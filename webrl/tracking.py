@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import math
 import netrc
 import os
 from dataclasses import dataclass
@@ -84,13 +85,9 @@ def build_loggers(
     Only the `primary` process (the future rank 0) starts the W&B run and saves its id: the others
     never log, and under torchrun or srun they start beside it on the same directory.
     """
-    # Lightning loads here, not at import: the run config that holds TrackingConfig is read without it.
-    from lightning.fabric.loggers import CSVLogger
-
     tracking.validate()
-    # A new version directory per launch: a resumed run adds metrics/version_N+1 instead of overwriting.
     layout = RunLayout(run_dir)
-    loggers: list[Any] = [CSVLogger(root_dir=str(run_dir), name=layout.launch_logs_dir.name)]
+    loggers: list[Any] = [crash_safe_csv_logger(run_dir, layout.launch_logs_dir.name)]
     mode = effective_wandb_mode(tracking.wandb_mode)
     if mode == "disabled":
         return loggers
@@ -116,6 +113,47 @@ def build_loggers(
     return loggers
 
 
+def crash_safe_csv_logger(run_dir: Path, name: str) -> Any:
+    """Fabric's CSV logger under `run_dir/name/version_N` (a new version per launch: a resumed run adds one), made
+    to keep what it was given through a crash.
+
+    Each row is saved as it is logged: Fabric's default keeps up to 100 in memory, and a crash or an exception loses
+    them, while a resumed stage goes on from its last checkpoint and never logs those batches again. A row with a new
+    column makes Fabric rewrite the whole file under the wider header, which it does by truncating the file and
+    writing it again; a crash in between left it empty, so here the rewrite is atomic.
+    """
+    # Lightning loads here, not at import: the run config that holds TrackingConfig is read without it.
+    from lightning.fabric.loggers import CSVLogger
+    from lightning.fabric.loggers.csv_logs import _ExperimentWriter
+    from lightning.fabric.loggers.logger import rank_zero_experiment
+
+    class AtomicRewriteWriter(_ExperimentWriter):
+        def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
+            with open(self.metrics_file_path, newline="", encoding="utf-8") as handle:
+                rows = list(csv.DictReader(handle))
+            write_text_atomic(self.metrics_file_path, _csv_text(fieldnames, rows))
+
+    class CrashSafeCSVLogger(CSVLogger):
+        @property
+        @rank_zero_experiment
+        def experiment(self) -> Any:
+            if self._experiment is None:
+                os.makedirs(self.root_dir, exist_ok=True)
+                self._experiment = AtomicRewriteWriter(log_dir=self.log_dir)
+            return self._experiment
+
+    return CrashSafeCSVLogger(root_dir=str(run_dir), name=name, flush_logs_every_n_steps=1)
+
+
+def _csv_text(header: list[str], rows: list[dict[str, Any]]) -> str:
+    """The whole CSV as one string, so that its writers can put it in place atomically (`write_text_atomic`)."""
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=header)
+    writer.writeheader()
+    writer.writerows(rows)
+    return text.getvalue()
+
+
 def write_phase_row(path: Path, record: dict[str, Any]) -> None:
     """Put `record` in the CSV as the row of its phase: a new row, or the replacement of that phase's row.
 
@@ -132,15 +170,15 @@ def write_phase_row(path: Path, record: dict[str, Any]) -> None:
     header: list[str] = []
     for each in rows:
         header.extend(key for key in each if key not in header)
-    text = io.StringIO(newline="")
-    writer = csv.DictWriter(text, fieldnames=header)
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(path, text.getvalue())
+    write_text_atomic(path, _csv_text(header, rows))
 
 
 def _scalar(value: Any) -> Any:
-    return round(value, 6) if isinstance(value, float) else value
+    """A float to 6 decimals for a readable CSV, but below 1 to 6 significant digits: 6 decimals would cut a
+    small metric (a 2.84e-06 s stage, a 7.018e-05 mean critic value) to one digit, or to 0 below 5e-07."""
+    if not isinstance(value, float) or not math.isfinite(value):
+        return value
+    return round(value, 6) if abs(value) >= 1 else float(f"{value:.6g}")
 
 
 def log_trajectory_table(loggers: list[Any], phase: int, trajectories: list[Trajectory], limit: int) -> None:
