@@ -12,6 +12,7 @@ import json
 import secrets
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
@@ -38,6 +39,8 @@ FORM = """<!DOCTYPE html><html><body><h1>Sign in</h1><form method="post" action=
 <label for="u">Username</label><input id="u" name="username">
 <label for="p">Password</label><input id="p" name="password" type="password">
 <button type="submit">Log in</button></form></body></html>"""
+# A form whose "Password" is a checkbox: Playwright's fill fails there, and its error quotes the value it was given.
+ODD_FORM = FORM.replace('<input id="p" name="password" type="password">', '<input id="p" type="checkbox">')
 ACCOUNT = "<!DOCTYPE html><html><body><h1>Welcome, alice</h1><p>Orders: 3</p></body></html>"
 SHOP_LOGIN = SiteLogin("/login", "Username", "Password", "Log in", "/account")
 
@@ -66,6 +69,8 @@ class _Site(BaseHTTPRequestHandler):
                 self._send(200, ACCOUNT)
             else:
                 self._send(303, headers={"Location": "/login"})
+        elif self.path.startswith("/odd-login"):
+            self._send(200, ODD_FORM)
         else:
             self._send(200, FORM)
 
@@ -160,6 +165,15 @@ def test_a_wrong_password_or_unset_credentials_raise_and_save_nothing(run, pool,
     with pytest.raises(LoginStateError, match="did not give a session") as err:
         run(ensure_logged_in(browser, {"shop": site}, tmp_path, {"shop": SHOP_LOGIN}))
     assert "wrong" not in str(err.value)
+    assert not (tmp_path / "shop_state.json").exists()
+
+
+def test_a_form_that_will_not_take_the_credentials_is_named_without_them(run, pool, site, credentials, tmp_path):
+    odd = SiteLogin("/odd-login", "Username", "Password", "Log in", "/account")
+    with pytest.raises(LoginStateError, match="cannot fill in the login form of shop at .*/odd-login") as err:
+        run(ensure_logged_in(run(pool.browser()), {"shop": site}, tmp_path, {"shop": odd}))
+    printed = "".join(traceback.format_exception(err.value))  # what a crashed `python -m webrl.env.login` shows
+    assert PASSWORD not in printed
     assert not (tmp_path / "shop_state.json").exists()
 
 

@@ -109,6 +109,22 @@ def test_program_html_fuzzy_match_and_func_helpers_load():
     assert tasks["10"].start_url == "http://gitlab.test:8080"
 
 
+def test_placeholders_in_references_are_resolved_and_one_left_over_is_named():
+    # WebArena substitutes its whole config: task 552 wants the agent's file to list __REDDIT__ post URLs.
+    config = json.loads((FIXTURES / "20.json").read_text())
+    config["eval"]["program_html"][0]["required_contents"] = {"must_include": ["__REDDIT__/f/space/134164"]}
+    config["eval"]["eval_types"] = ["string_match", "program_html"]
+    config["eval"]["reference_answers"] = {"exact_match": "__GITLAB__/byteblaze", "fuzzy_match": ["at __MAP__"]}
+    (task,) = load_tasks([config], URL_MAP, strict=True)
+    reddit, gitlab, osm = URL_MAP["__REDDIT__"], URL_MAP["__GITLAB__"], URL_MAP["__MAP__"]
+    assert task.eval["program_html"][0]["required_contents"] == {"must_include": [f"{reddit}/f/space/134164"]}
+    assert task.eval["reference_answers"] == {"exact_match": f"{gitlab}/byteblaze", "fuzzy_match": [f"at {osm}"]}
+    no_reddit = {key: url for key, url in URL_MAP.items() if key != "__REDDIT__"}
+    report = read_suite([config], no_reddit)
+    assert [err.field for err in report.skipped] == ["eval.program_html[0].required_contents.must_include[0]"]
+    assert "placeholder __REDDIT__ has no URL in url_map" in str(report.skipped[0])
+
+
 def test_a_string_fuzzy_match_other_than_na_is_bad_in_reference_answers():
     config = json.loads((FIXTURES / "5.json").read_text())
     config["eval"]["reference_answers"]["fuzzy_match"] = "9am"

@@ -169,6 +169,21 @@ def test_program_html_fuzzy_match_needs_the_judge():
     assert parts == ["order 42 has shipped", "it is on its way"]
 
 
+def test_program_html_fuzzy_match_list_is_one_reference_as_webarena_lite_asks_it():
+    # WebArena-Lite task 123: the message must carry all four facts; none of them alone means the same as it.
+    asked = []
+    facts = ["refund", "it broke after three days of use", "000000180", "12.99"]
+    message = "Please refund $12.99 for order 000000180: it broke after three days of use."
+    verdict = asyncio.run(content_match({"fuzzy_match": facts}, message, "Draft a refund message", asked_judge(asked)))
+    assert verdict == (1.0, False)
+    assert asked == [("Draft a refund message", message, "refund, it broke after three days of use, 000000180, 12.99")]
+
+
+def asked_judge(asked: list):
+    """A judge that records each question and says "correct"."""
+    return lambda intent, answer, reference: asked.append((intent, answer, reference)) or True
+
+
 # --- on a real page -----------------------------------------------------------------------------
 
 

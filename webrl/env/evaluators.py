@@ -7,11 +7,14 @@ WebArena-Lite's additions `must_exclude`, `one_of` and program_html `fuzzy_match
 - strings are normalised by stripping, dropping one pair of surrounding quotes and lower-casing;
   the answer is normalised once on its own and again inside each comparison, as WebArena does;
 - `must_include` alternatives are separated by " |OR| "; a one-character reference that is a task's
-  only `must_include` is matched against whole word tokens, so that "3" does not match "13";
+  only `must_include` is matched against whole word tokens cut as NLTK cuts them, so that "3" matches
+  neither "13" nor "3.5" nor "1,300";
 - url_match compares host+path (the reference contained in the page's, "GOLD in PRED", the default
   when `url_note` is missing), then every reference query parameter as a set of decoded values, so
   parameter order and `+` for a space do not matter but a lengthened value does;
-- program_html with an empty locator reads the page's HTML (`page.content()`), not its text.
+- program_html opens a target's page and reads it once its scripts have settled (WebArena sleeps 3 s);
+  an empty locator reads the page's HTML (`page.content()`), not its text; a `fuzzy_match` list in
+  `required_contents` is one reference, its items joined, as WebArena-Lite asks its judge.
 
 `fuzzy_match` needs an LLM judge; without one the result says `needs_judge` instead of guessing, so
 callers can route the trajectory to the ORM. A program_html `url` or `locator` of `func:name(...)` is one of
@@ -23,6 +26,7 @@ API out of reach) raises `EvaluationError` naming the task, the field and the ca
 
 from __future__ import annotations
 
+import contextlib
 import html
 import inspect
 import re
@@ -30,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
 from webrl.data.trajectory import Task, is_success
 from webrl.env.magento_api import MagentoApiError, ShopUnreachableError
@@ -47,6 +53,8 @@ Judge = Callable[[str, str, str], Any]
 
 _OR = " |OR| "
 NOT_AVAILABLE = "N/A"
+# The longest a program_html target's page may take to settle after its load event (WebArena waits 3 s).
+SETTLE_MS = 3000
 
 
 class EvaluationError(RuntimeError):
@@ -84,8 +92,26 @@ def clean_answer(text: str) -> str:
     return text.lower()
 
 
+# Word tokens as NLTK's word_tokenize (WebArena's tokenizer) cuts them, in the respects that decide whether a
+# one-character reference stands alone: a number keeps its inner "." "," ":" and "-" ("3.5", "1,024", "3:30",
+# "1-3" are one token each, so "3" is not in them), while sentence-final periods, brackets, quotes, the symbols
+# below and clitics ("'s", "n't") come off as tokens of their own. Applied in this order.
+_TOKEN_SPLITS = (
+    re.compile(r"""((?<=[^\s.])\.)(?=[\])}>"']*(?:\s|$))"""),  # a period that ends a word
+    re.compile(r"""(\.\.\.|--|''|[?!()\[\]{}<>;@#$%&"`*])"""),  # always a token of its own
+    re.compile(r"([,:])(?!\d)"),  # a comma or colon not inside a number
+    re.compile(r"(?<=[^'\s])('s|'m|'d|'ll|'re|'ve|n't)(?=\s|$)"),  # clitics
+    re.compile(r"(?:(?<=\s)|^)(')(?!re|ve|ll|m|t|s|d|n)"),  # an opening single quote
+    re.compile(r"(')(?=\s|$)"),  # a closing single quote
+)
+
+
 def _word_tokens(text: str) -> list[str]:
-    return re.findall(r"\w+|[^\w\s]", text.replace("/", " / "))
+    """NLTK-like word tokens, plus the parts of each token with a "/" (WebArena-Lite counts "3" in "3/4")."""
+    for pattern in _TOKEN_SPLITS:
+        text = pattern.sub(r" \1 ", text)
+    tokens = text.split()
+    return tokens + [part for token in tokens if "/" in token for part in token.split("/") if part]
 
 
 def includes(reference: str, prediction: str, tokenize: bool = False) -> bool:
@@ -225,6 +251,20 @@ async def _run_helper(helpers: WebArenaHelpers, call: HelperCall, page: Any, tas
         raise EvaluationError(f"task {task_id}: {where} calls {call.name}(), which failed: {err}") from err
 
 
+async def open_target(page: Any, url: str, settle_ms: float = SETTLE_MS) -> None:
+    """Open a target's page and let the scripts that render it finish before anything is read.
+
+    Much of what WebArena checks is drawn by scripts after the HTML arrives (Magento's admin product form,
+    GitLab's merge request sidebar): WebArena waits for the load event and then 3 s. This waits until the
+    network has been quiet for half a second, at most `settle_ms`, so a page that keeps polling costs no more.
+    A page whose load event never comes (a stalled image) is read as it is once the page's timeout has passed.
+    """
+    await page.goto(url, wait_until="domcontentloaded")
+    with contextlib.suppress(PlaywrightTimeoutError):
+        await page.wait_for_load_state("load")
+        await page.wait_for_load_state("networkidle", timeout=settle_ms)
+
+
 async def select_content(page: Any, locator: str) -> str:
     """What a program_html locator selects: the page's HTML when empty, else a JS expression's value."""
     if not locator.strip():
@@ -239,8 +279,8 @@ async def content_match(
     """Apply program_html's required_contents to `content`; return (score, needs_judge).
 
     exact_match, must_include (with ` |OR| ` alternatives, no word tokens), must_exclude, and
-    fuzzy_match (a string whose ` |OR| `-separated parts, or a list whose items, must all be judged
-    equivalent to the content).
+    fuzzy_match (a string whose ` |OR| `-separated parts must all be judged equivalent to the content, or
+    a list whose items, joined by ", ", make one reference).
     """
     content = html.unescape(content)
     score = 1.0
@@ -253,7 +293,9 @@ async def content_match(
         elif approach == "must_exclude":
             score *= float(not any(includes(ref, content) for ref in value))
         elif approach == "fuzzy_match":
-            refs = value.split(_OR) if isinstance(value, str) else value
+            # A list is one reference, its items joined, as WebArena-Lite asks its judge: the items are the
+            # facts the content must carry together ("refund", "12.99"), none of them an equivalent on its own.
+            refs = value.split(_OR) if isinstance(value, str) else [", ".join(value)]
             verdict, unjudged = await _fuzzy(refs, content, intent, judge)
             score *= verdict
             needs_judge = needs_judge or unjudged
@@ -283,7 +325,7 @@ async def program_html(
         if (i, "url") in calls:
             url = await _run_helper(helpers, calls[(i, "url")], page, task_id, f"eval.program_html[{i}].url")
         if url != "last":
-            await page.goto(url, wait_until="domcontentloaded")
+            await open_target(page, url)
         for prep in target.get("prep_actions") or []:
             await page.evaluate(f"() => {{ try {{ {prep} }} catch (e) {{}} }}")
         if (i, "locator") in calls:

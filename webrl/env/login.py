@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from playwright.async_api import Error as PlaywrightError
+
 from webrl.data.trajectory import Task
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,24 @@ async def _on_login_form(page: Any, base_url: str, login: SiteLogin) -> bool:
     return await page.get_by_label(login.password_label, exact=True).count() > 0
 
 
+async def _submit_form(page: Any, site: str, login: SiteLogin, username: str, password: str) -> None:
+    """Fill in and send the login form; LoginStateError, holding no credential, when the form will not take them.
+
+    Playwright's error for a failed fill quotes the value it was filling in its call log, so that error is
+    replaced by its first line (with any credential blanked), and not chained, lest a traceback print it.
+    """
+    try:
+        await page.get_by_label(login.username_label, exact=True).fill(username)
+        await page.get_by_label(login.password_label, exact=True).fill(password)
+        await page.get_by_role("button", name=login.submit_name, exact=True).click()
+        await page.wait_for_load_state("domcontentloaded")
+    except PlaywrightError as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        for secret in (password, username):
+            reason = reason.replace(secret, "***")
+        raise LoginStateError(f"cannot fill in the login form of {site} at {page.url}: {reason}") from None
+
+
 async def log_in(browser: Any, site: str, base_url: str, login: SiteLogin, path: str | Path) -> None:
     """Log in to `site` through its form in a fresh context and save that context's storage state at `path`.
 
@@ -146,10 +166,7 @@ async def log_in(browser: Any, site: str, base_url: str, login: SiteLogin, path:
     try:
         page = await context.new_page()
         await page.goto(base_url + login.login_path, wait_until="domcontentloaded")
-        await page.get_by_label(login.username_label, exact=True).fill(username)
-        await page.get_by_label(login.password_label, exact=True).fill(password)
-        await page.get_by_role("button", name=login.submit_name, exact=True).click()
-        await page.wait_for_load_state("domcontentloaded")
+        await _submit_form(page, site, login, username, password)
         if await _on_login_form(page, base_url, login):
             raise LoginStateError(f"logging in to {site} at {base_url}{login.login_path} did not give a session")
         Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """Load and validate task configs in WebArena's JSON format.
 
 Task files are the contract between a site deployment and the agent: `__SHOPPING__`-style
-placeholders in URLs are replaced from a `url_map` given by the user's config (docs/method.md §9.2), and every
+placeholders in URLs, and in the references the evaluators compare with, are replaced from a `url_map` given
+by the user's config (docs/method.md §9.2), as WebArena replaces them throughout its configs, and every
 field an evaluator will need is checked up front, so that a typo in task 417 surfaces at load time
 with its file, task id and field named, instead of as a crash or a silent zero reward hours later.
 
@@ -217,6 +218,40 @@ def _resolve_urls(check: _Checker, config: dict[str, Any], url_map: dict[str, st
             check.fail(label, f"placeholder {left[0]} has no URL in url_map (known: {known})")
 
 
+def _resolved(check: _Checker, text: str, field: str, url_map: dict[str, str]) -> str:
+    """`text` with its placeholders replaced; one that url_map lacks is an error naming `field`."""
+    text = substitute(text, url_map)
+    left = _PLACEHOLDER.findall(text)
+    if left:
+        check.fail(field, f"placeholder {left[0]} has no URL in url_map (known: {sorted(url_map) or 'none given'})")
+    return text
+
+
+def _resolve_references(check: _Checker, block: Any, url_map: dict[str, str]) -> None:
+    """Substitute placeholders in the strings the evaluators compare with (validated already), in place.
+
+    WebArena substitutes its whole config, so a reference may name a page of a site: task 552 wants the
+    file the agent wrote to hold `__REDDIT__/f/space/134164/...`. Left as a placeholder it could never match,
+    so one left over is an error naming the field, as in a URL field.
+    """
+    if not isinstance(block, dict):
+        return
+    types = block.get("eval_types") or []
+    holders = [("eval.reference_answers", block.get("reference_answers"))] if "string_match" in types else []
+    for i, target in enumerate((block.get("program_html") or []) if "program_html" in types else []):
+        if isinstance(target, dict):
+            holders.append((f"eval.program_html[{i}].required_contents", target.get("required_contents")))
+    for label, refs in holders:
+        if not isinstance(refs, dict):
+            continue
+        for approach, value in refs.items():
+            field = f"{label}.{approach}"
+            if isinstance(value, list):
+                refs[approach] = [_resolved(check, text, f"{field}[{j}]", url_map) for j, text in enumerate(value)]
+            else:
+                refs[approach] = _resolved(check, value, field, url_map)
+
+
 def _task(origin: str, raw: Any, mapping: dict[str, str]) -> Task:
     """One validated Task with placeholders resolved, or TaskConfigError naming what is wrong."""
     if isinstance(raw, TaskConfigError):
@@ -235,6 +270,7 @@ def _task(origin: str, raw: Any, mapping: dict[str, str]) -> Task:
     if config.get("eval") is not None:
         _check_eval(check, config["eval"])
     _resolve_urls(check, config, mapping)
+    _resolve_references(check, config.get("eval"), mapping)
     return Task.from_dict(config)
 
 
