@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> Path:
     args = parser.parse_args(argv)
     report = RunReport(args.run_dir).write()
     page = report.read_text(encoding="utf-8")
-    data = re.search(r'id="trajectories">(.*?)</script>', page, re.S).group(1).replace("<\\/", "</")
+    data = re.search(r'id="trajectories">(.*?)</script>', page, re.S).group(1)
     png = small_png(shoot(report, json.loads(data), args.task), args.max_kb * 1000)
     args.out.write_bytes(png)
     print(f"{report}: {report.stat().st_size} bytes; {args.out}: {len(png)} bytes")

@@ -48,3 +48,17 @@ def test_readers_merge_the_rank_shards_in_task_order(tmp_path):
     assert [t.task.task_id for t in layout.evaluations(1)] == ["e"]
     assert [t.task.task_id for t in layout.labelled(1)] == ["l"]
     assert [task.task_id for task in layout.tasks(1)] == ["t"]
+
+
+def test_launch_logs_come_in_launch_order_past_nine_launches(tmp_path):
+    layout = RunLayout(tmp_path)
+    for version in (0, 2, 10, 9, 1):
+        (layout.launch_logs_dir / f"version_{version}").mkdir(parents=True)
+        (layout.launch_logs_dir / f"version_{version}" / "metrics.csv").write_text("step\n")
+    assert [path.parent.name for path in layout.launch_logs()] == [
+        "version_0",
+        "version_1",
+        "version_2",
+        "version_9",
+        "version_10",
+    ]

@@ -59,7 +59,10 @@ class RunLayout:
         return self.root / "metrics"
 
     def launch_logs(self) -> list[Path]:
-        return sorted(self.launch_logs_dir.glob("version_*/metrics.csv"))
+        """Each launch's `metrics.csv`, in launch order: by the number of its `version_N`, so that version_10 comes
+        after version_9 (a reader that keeps the last value of a step must see the latest launch last)."""
+        paths = self.launch_logs_dir.glob("version_*/metrics.csv")
+        return sorted(paths, key=lambda path: (_version_number(path.parent.name), path.parent.name))
 
     @property
     def branch_path(self) -> Path:
@@ -145,3 +148,9 @@ class RunLayout:
                 if task_ids is None or trajectory.task.task_id in task_ids:
                     first.setdefault(trajectory.task.task_id, trajectory)
         return sorted(first.values(), key=lambda t: t.task.task_id)
+
+
+def _version_number(name: str) -> int:
+    """N of a logger directory `version_N`; -1 for a name without a number (sorted first, by name)."""
+    suffix = name.removeprefix("version_")
+    return int(suffix) if suffix.isdigit() else -1
