@@ -232,3 +232,13 @@ def test_a_checkpoints_decoding_defaults_do_not_change_what_the_engine_decodes(
         c.token_ids for c in engine.generate(prompts, sampled)
     ]
     assert defaults.eos_ids == engine.eos_ids
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_seeded_call_on_a_gpu_leaves_the_callers_cuda_random_state(tiny_model_dir, prompts: list[str]) -> None:
+    engine = HFEngine(tiny_model_dir, device="cuda")
+    torch.cuda.manual_seed(123)
+    before = torch.cuda.get_rng_state()
+    engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=4, seed=7))
+    assert torch.equal(torch.cuda.get_rng_state(), before)

@@ -110,7 +110,7 @@ class HFEngine:
                 )
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[Completion | None] = [None] * len(prompts)
-        with torch_threads(self.num_threads), _seeded(_call_seed(params, len(prompts))), torch.no_grad():
+        with torch_threads(self.num_threads), _seeded(_call_seed(params, len(prompts)), self.device), torch.no_grad():
             for chunk in self._chunks(order, [len(ids) for ids in encoded], params.max_tokens):
                 completions = self._generate_chunk(model, [encoded[i] for i in chunk], params)
                 for index, completion in zip(chunk, completions, strict=True):
@@ -259,16 +259,18 @@ class _RowEnds(StoppingCriteria):
 
 
 @contextlib.contextmanager
-def _seeded(seed: int | None) -> Iterator[None]:
+def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
     """Draw from a stream of `seed`, leaving the caller's random state as it was; None: from the process's stream.
 
     Unseeded calls must advance the process's stream like any other draw: a forked and restored state would
     give every unseeded call the same noise, so the same prompts would sample the same answers call after call.
+    `torch.manual_seed` reseeds every CUDA device too, so on a GPU the engine's device state is saved and restored
+    with the CPU's: a training stage in the same process then draws its dropout masks as it would have.
     """
     if seed is None:
         yield
         return
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         yield
 
