@@ -154,3 +154,34 @@ def test_a_response_of_many_overlapping_calls_is_refused_rather_than_read_again_
     lines = ["do(", *["# do(" for _ in range(MAX_RESPONSE_CHARS // 8)], 'x="1")']
     with pytest.raises(ActionParseError, match="overlapping"):
         parse_action("\n".join(lines))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            """do(action="Type", argument='exit(message="done")', element="3")""",
+            ("type", "3", 'exit(message="done")', None),
+        ),
+        (
+            """do(action="Type", argument='do(action="Click", element="9")', element="3")""",
+            ("type", "3", 'do(action="Click", element="9")', None),
+        ),
+        (
+            'do(action="Click",  # not exit(message="x") yet\n element="3")',
+            ("click", "3", None, None),
+        ),
+        (
+            """do(action="Nap", argument='exit(message="done")', element="3")""",
+            "rejected",
+        ),
+        # A call after the call that quotes one is still the action, as the release reads it.
+        (
+            """do(action="Type", argument='go_backward()', element="3")\nexit(message="done")""",
+            ("exit", None, None, "done"),
+        ),
+    ],
+)
+def test_a_call_quoted_inside_another_call_is_text_not_the_action(text, expected):
+    """A valid call in an argument's string used to win over the call that quotes it: a Type became an exit."""
+    assert _outcome(text) == expected

@@ -47,6 +47,8 @@ function tryFetch(url) {{ fetch(url).then(() => log('fetch loaded'), () => log('
 </body></html>"""
 META_REFRESH = """<!DOCTYPE html><html><head><meta http-equiv="refresh" content="0; url={out}/meta"></head>
 <body>Stay</body></html>"""
+FRAMED = """<!DOCTYPE html><html><body><h1>Framed</h1><iframe src="{out}/frame"></iframe>
+<iframe src="{secure}/frame"></iframe></body></html>"""
 SERVICE_WORKER_PAGE = """<!DOCTYPE html><html><body><p id="log">pending</p><script>
 const log = (text) => {{ document.getElementById('log').textContent = text; }};
 navigator.serviceWorker.register('/sw.js')
@@ -85,7 +87,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path == "/sw.js":
             self._send(200, SERVICE_WORKER.format(out=out), {"Content-Type": "text/javascript"})
         else:
-            pages = {"/buttons": BUTTONS, "/meta": META_REFRESH, "/worker": SERVICE_WORKER_PAGE}
+            pages = {"/buttons": BUTTONS, "/meta": META_REFRESH, "/worker": SERVICE_WORKER_PAGE, "/framed": FRAMED}
             page = pages.get(self.path, "<html><body>inside</body></html>")
             self._send(200, page.format(out=out, secure=out.replace("http:", "https:")))
 
@@ -231,6 +233,24 @@ def test_a_request_outside_fails_and_is_counted_without_a_word_to_the_agent(
     assert "fetch failed" in after.observation.html
     assert result.error is None and after.error is None
     assert "blocked:" not in result.observation.html + after.observation.html
+
+
+def test_an_iframe_outside_is_refused_without_a_word_to_the_agent(run, pool, servers, outside_requests):
+    """An iframe's page is the page's own request, not a navigation of the agent's: counted, never told."""
+
+    async def scenario():
+        async with pool.episode(page_task("framed"), _backend(servers), FAST) as ep:
+            observation = await ep.reset()
+            await _until_blocked(ep, 2)
+            after = await ep.step('do(action="Wait")')
+            return observation, after, ep.trajectory
+
+    observation, after, trajectory = run(scenario())
+    assert outside_requests == []
+    assert trajectory.metadata["blocked_requests"] == 2 and trajectory.metadata["blocked_navigations"] == 0
+    assert after.status == "running" and after.error is None
+    assert "<h1> Framed </h1>" in observation.html
+    assert "blocked:" not in observation.html + after.observation.html
 
 
 def test_a_window_opened_on_the_site_is_followed(run, pool, servers, outside_requests):

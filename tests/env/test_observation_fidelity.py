@@ -158,11 +158,66 @@ def test_type_replaces_the_text_and_sends_the_last_character_as_a_keystroke_in_e
     assert run(page.evaluate("() => [plain.value, window.keys.slice(3)]")) == ["x", ["Delete", "x"]]
 
 
-def test_type_into_a_read_only_field_fails_as_playwright_does(run, page):
+def test_type_into_a_read_only_field_is_refused_at_once(run, page):
     run(page.evaluate(_FIELDS_JS))
     locked = element_id(run(observe(page)).html, 'value="fixed"')
-    error = run(execute_action(page, parse_action(f'do(action="Type", argument="y", element="{locked}")'), 0.5))
-    assert error.startswith("type failed:") and run(page.evaluate("() => locked.value")) == "fixed"
+    error = run(execute_action(page, parse_action(f'do(action="Type", argument="y", element="{locked}")'), 5.0))
+    assert error == f"element {locked} is read-only, so nothing was typed"
+    assert run(page.evaluate("() => locked.value")) == "fixed"
+
+
+_WHOLE_VALUE_FIELDS_JS = """() => {
+  const form = document.createElement("div");
+  form.innerHTML = '<input id="day" type="date" title="day"> <input id="hour" type="time" title="hour">'
+    + ' <input id="tint" type="color" title="tint"> <input id="level" type="range" title="level">';
+  document.body.prepend(form);
+}"""
+
+
+def test_type_sets_a_date_time_colour_or_range_input_whole(run, page):
+    """Such inputs take no partial value: "2024-01-1" then a keystroke "5" used to leave the date empty."""
+    run(page.evaluate(_WHOLE_VALUE_FIELDS_JS))
+    html = run(observe(page)).html
+    typed = {"day": "2024-01-15", "hour": "13:45", "tint": "#ff0000", "level": "30"}
+    for name, text in typed.items():
+        action = parse_action(f'do(action="Type", argument="{text}", element="{element_id(html, name)}")')
+        assert run(execute_action(page, action)) is None
+    assert run(page.evaluate("() => [day.value, hour.value, tint.value, level.value]")) == list(typed.values())
+
+
+_DISABLED_JS = """() => {
+  const form = document.createElement("div");
+  form.innerHTML = '<button id="off" disabled onclick="window.offClicks = 1">Off button</button>'
+    + ' <input id="frozen" disabled value="frozen text">'
+    + ' <select id="shut" title="shut" disabled><option>A</option></select>'
+    + ' <select id="sizes" title="sizes"><option>Small</option><option disabled>Large</option></select>';
+  document.body.prepend(form);
+}"""
+
+
+def test_actions_on_disabled_controls_are_refused_at_once_saying_so(run, page):
+    """A click on a disabled button did nothing without a word; a Type or Select waited out the action's timeout."""
+    run(page.evaluate(_DISABLED_JS))
+    html = run(observe(page)).html
+    ids = {name: element_id(html, marker) for name, marker in [("off", "Off button"), ("frozen", "frozen text")]}
+    ids["shut"] = element_id(html, 'title="shut"')
+    ids["sizes"] = element_id(html, 'title="sizes"')
+    actions = {
+        f'do(action="Click", element="{ids["off"]}")': f"element {ids['off']} is disabled, so it was not clicked",
+        f'do(action="Type", argument="x", element="{ids["frozen"]}")': (
+            f"element {ids['frozen']} is disabled, so nothing was typed"
+        ),
+        f'do(action="Select Dropdown Option", argument="A", element="{ids["shut"]}")': (
+            f"element {ids['shut']} is disabled, so no option was selected"
+        ),
+        f'do(action="Select Dropdown Option", argument="Large", element="{ids["sizes"]}")': (
+            f"option 'Large' of element {ids['sizes']} is disabled, so it was not selected"
+        ),
+    }
+    for text, expected in actions.items():
+        assert run(execute_action(page, parse_action(text), 5.0)) == expected
+    values = "() => [window.offClicks ?? 0, frozen.value, sizes.value]"
+    assert run(page.evaluate(values)) == [0, "frozen text", "Small"]
 
 
 def test_a_button_below_the_fold_is_scrolled_to_and_clicked(run, page):

@@ -4,8 +4,10 @@ The model answers with one Python-call-shaped line, optionally preceded by `# El
 `# Note: …` comment lines (docs/method.md §4.3). Like the release, parsing takes the text from the last
 `exit(` or else the last `do(` occurrence, then reads it with `ast` (never `eval`), so a response
 that thinks aloud before its action still parses, and text after the call (a stop token, a stray
-explanation) is ignored. Anything that does not parse raises `ActionParseError`; the episode turns
-that into a step error the agent sees on its next turn rather than an exception.
+explanation) is ignored. A call inside a string or comment of an earlier call is that call's text, not
+the action: do(action="Type", argument='exit(message="x")', element="3") types it. Anything that does
+not parse raises `ActionParseError`; the episode turns that into a step error the agent sees on its next
+turn rather than an exception.
 
 Any text must parse in time linear in its length, since the parser runs beside every other episode:
 a response is capped at MAX_RESPONSE_CHARS, each call start is read once (`action_syntax`), and the
@@ -16,6 +18,7 @@ more than that (calls inside comments inside calls) is refused.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -132,29 +135,83 @@ def action_record(text: str) -> dict[str, Any]:
     return parse_action(text).to_dict()
 
 
+class _Overlapping(ActionParseError):
+    """The response's call starts overlap so much that reading them all would cost more than its allowance."""
+
+
+class _Calls:
+    """The calls of one response, each start read at most once, all reads within the response's allowance."""
+
+    def __init__(self, text: str, starts: list[int]) -> None:
+        self.text = text
+        self.allowance = _READS_PER_CHAR * len(text) + _READ_FLOOR
+        self._read: dict[int, str | ActionParseError] = {}
+        self._ascending = sorted(starts)
+        # _reach[i]: the furthest any call read from the first i + 1 starts (ascending) reaches.
+        self._reach: list[int] = []
+
+    def read(self, start: int) -> str | ActionParseError:
+        """The call's text at `start`, or the error saying why none is there; _Overlapping once the allowance is spent.
+
+        The error is returned, not raised: a degenerate response has thousands of starts, and raising costs.
+        """
+        if start not in self._read:
+            if self.allowance < 0:
+                raise _Overlapping("too many overlapping calls in the response to read them all")
+            reader = CallReader(self.text, start)
+            try:
+                self._read[start] = reader.read()
+            except ActionParseError as err:
+                self._read[start] = err
+            finally:
+                self.allowance -= reader.pos - start
+        return self._read[start]
+
+    def quoted(self, start: int) -> bool:
+        """Whether the call at `start` lies inside a call that starts before it, in one of its strings or comments.
+
+        Such a call is text the agent wrote, not its action: do(action="Type", argument='exit(message="x")', …)
+        types that text, it does not end the episode. Once the allowance is spent the call counts as not
+        quoted, read as the release reads it.
+        """
+        before = bisect.bisect_left(self._ascending, start)
+        while len(self._reach) < before:
+            earlier = self._ascending[len(self._reach)]
+            try:
+                found = self.read(earlier)
+            except _Overlapping:
+                return False
+            end = earlier if isinstance(found, ActionParseError) else earlier + len(found)
+            self._reach.append(max(end, self._reach[-1] if self._reach else 0))
+        return before > 0 and self._reach[before - 1] > start
+
+
 def parse_action(text: str) -> Action:
     """Parse a model response into an Action; raise ActionParseError saying what is wrong.
 
     Candidates are tried in the release's order of preference; the first that makes a valid action
-    wins, and when none does, the error is the one for the most likely candidate.
+    and is not quoted inside another call wins, and when none does, the error is the one for the most
+    likely candidate.
     """
     if len(text) > MAX_RESPONSE_CHARS:
         raise ActionParseError(
             f"the response has {len(text):,} characters, more than the {MAX_RESPONSE_CHARS:,} an action may have"
         )
-    allowance = _READS_PER_CHAR * len(text) + _READ_FLOOR
+    starts = _call_starts(text)
+    calls = _Calls(text, starts)
     first_error: ActionParseError | None = None
-    for start in _call_starts(text):
-        if allowance < 0:
-            raise ActionParseError(f"{first_error} (and too many overlapping calls in the response to read them all)")
-        reader = CallReader(text, start)
+    for start in starts:
         try:
-            return _action_from_call(_parse_call(reader.read()), text)
+            found = calls.read(start)
+            if isinstance(found, ActionParseError):
+                first_error = first_error or found
+            elif not calls.quoted(start):
+                return _action_from_call(_parse_call(found), text)
+        except _Overlapping as err:
+            raise ActionParseError(f"{first_error} (and {err})" if first_error else str(err)) from None
         except ActionParseError as err:
             first_error = first_error or err
-        finally:
-            allowance -= reader.pos - start
-    assert first_error is not None, "_call_starts returns at least one start or raises"
+    assert first_error is not None, "_call_starts returns at least one start, and a quoted call's enclosing one is read"
     raise first_error
 
 

@@ -64,6 +64,7 @@ NO_EARLIER_PAGE = "there is no earlier page in this tab's history"
 # also does what Playwright's fill does there: select the field's text and focus it (`typing`).
 _INSPECT_JS = """
 ({selector, wanted, reach, fill}) => {
+  const WHOLE_VALUE_TYPES = new Set(["color", "date", "datetime-local", "month", "range", "time", "week"]);
   // The fields Playwright's fill types into (input of these types, textarea) once they are visible, enabled,
   // editable and not inert, as it checks them. Anything else (a contenteditable, a number or date input, a
   // disabled, read-only or aria-disabled field, a modal dialog open) is left to Playwright's fill itself.
@@ -79,7 +80,12 @@ _INSPECT_JS = """
   if (!el) return null;
   const link = el.closest("a[href]");
   const info = {opensTab: !!link && link.target === "_blank", isSelect: el.localName === "select", option: -1};
+  // What Playwright's fill and select_option would wait on until their timeout: a disabled or read-only field.
+  info.disabled = el.matches(":disabled") || (!reach && el.closest('[aria-disabled="true"]') !== null);
+  info.readOnly = fill && (el.readOnly === true || el.getAttribute("aria-readonly") === "true");
   info.typing = fill && plainTextField(el);
+  // Inputs whose value Playwright's fill sets whole: a date, time, colour or range typed key by key is not one.
+  info.setsValue = fill && el.localName === "input" && WHOLE_VALUE_TYPES.has(el.type);
   if (info.typing && el.localName === "input") {
     el.select();
     el.focus();
@@ -125,6 +131,7 @@ _INSPECT_JS = """
     info.option = options.findIndex(test);
     if (info.option >= 0) break;
   }
+  info.optionDisabled = info.option >= 0 && options[info.option].matches(":disabled");
   info.options = options.map((o) => norm(o.textContent));
   return info;
 }
@@ -206,11 +213,30 @@ def _covered(action: Action, cover: dict) -> str:
     return f"element {action.element} is covered by {what}, so it was not {verb}; deal with what covers it first"
 
 
+def _unusable(action: Action, info: dict) -> str | None:
+    """Why a Click, Type or Search cannot act on a disabled or read-only element, if it cannot.
+
+    Playwright's fill would wait for the field to become usable until the action's timeout (10 s lost,
+    and an error that says only "Timeout"); a click on a disabled control does nothing, and the agent would
+    not learn why. Hover is left alone: a disabled control's tooltip may say why it is disabled.
+    """
+    if action.name == "click" and info["disabled"]:
+        return f"element {action.element} is disabled, so it was not clicked"
+    if action.name in ("type", "search") and (info["disabled"] or info["readOnly"]):
+        state = "disabled" if info["disabled"] else "read-only"
+        return f"element {action.element} is {state}, so nothing was typed"
+    return None
+
+
 async def _select(locator: Any, info: dict, action: Action, timeout_ms: float) -> str | None:
     if not info["isSelect"]:
         return f"element {action.element} is not a <select>; click it to open a custom dropdown instead"
+    if info["disabled"]:
+        return f"element {action.element} is disabled, so no option was selected"
     if info["option"] < 0:
         return f"element {action.element} has no option {action.argument!r}; options: {info['options'][:20]}"
+    if info["optionDisabled"]:
+        return f"option {action.argument!r} of element {action.element} is disabled, so it was not selected"
     await locator.select_option(index=info["option"], timeout=timeout_ms)
     return None
 
@@ -233,13 +259,12 @@ async def _reach(page: Any, name: str, info: dict, timeout_ms: float) -> None:
         await page.mouse.click(x, y)
 
 
-async def _type(page: Any, locator: Any, selector: str, action: Action, info: dict, timeout_ms: float) -> None:
+async def _replace_text(page: Any, locator: Any, selector: str, text: str, info: dict, timeout_ms: float) -> None:
     """Replace the field's content in one go, then type the last character as a real keystroke.
 
     Typing key by key costs a round trip per character; the last keystroke is what key-driven widgets
-    (autocomplete) react to. Search then presses Enter in the field.
+    (autocomplete) react to.
     """
-    text = action.argument or ""
     if not info["typing"]:
         await locator.fill(text[:-1], timeout=timeout_ms)
     elif text[:-1]:
@@ -250,6 +275,19 @@ async def _type(page: Any, locator: Any, selector: str, action: Action, info: di
         await page.keyboard.type(text[-1])
     elif text:
         await locator.press_sequentially(text[-1], timeout=timeout_ms)
+
+
+async def _type(page: Any, locator: Any, selector: str, action: Action, info: dict, timeout_ms: float) -> None:
+    """Type (or Search: then press Enter in the field) the argument into the element.
+
+    A date, time, colour or range input takes its value whole, as Playwright's fill sets it: a keystroke
+    after a partial value ("2024-01-1", then "5") would leave it empty or wrong.
+    """
+    text = action.argument or ""
+    if info["setsValue"]:
+        await locator.fill(text, timeout=timeout_ms)
+    else:
+        await _replace_text(page, locator, selector, text, info, timeout_ms)
     if action.name == "search" and await _focused(page, selector, info):
         await page.keyboard.press("Enter")
     elif action.name == "search":
@@ -297,6 +335,9 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
     if reach and info["point"] is None:
         verb = "clicked" if name == "click" else "hovered"
         return f"element {action.element} has no visible area in the viewport, so it was not {verb}"
+    unusable = _unusable(action, info)
+    if unusable:
+        return unusable
     locator = page.locator(selector).first
     if reach:
         await _reach(page, name, info, timeout_ms)

@@ -3,9 +3,10 @@
 Requests to an origin outside the task's sites never reach their server: a navigation is answered
 204 No Content (the page stays where it was), anything else is aborted, and a WebSocket is closed
 before it connects. The trajectory's metadata counts them (`blocked_requests`, of them the
-navigations `blocked_navigations`, the first `blocked_urls`), and a refused navigation becomes a line
-the agent reads at the top of its next observation (`blocked: URL is outside this task's sites`),
-since the page itself shows no sign of it.
+navigations of the tab itself `blocked_navigations`, the first `blocked_urls`), and such a refused navigation
+becomes a line the agent reads at the top of its next observation (`blocked: URL is outside this task's sites`),
+since the page itself shows no sign of it. An iframe's refused page is counted as a request only: the agent
+did not ask for it, and a start page's refused iframe is no sign of the task leading off its sites.
 """
 
 from __future__ import annotations
@@ -27,6 +28,18 @@ def outside_origins(origins: set[str] | list[str]) -> re.Pattern:
     """
     allowed = "|".join(re.escape(origin) for origin in sorted(origins))
     return re.compile(rf"^(?!(?:{allowed})(?:[/?#]|$))")
+
+
+def _of_a_tab(navigation: Any) -> bool:
+    """Whether a navigation request is a tab's own, not an iframe's.
+
+    Only a tab's navigation is the agent's to hear about: an iframe's page (a map, a video) is one of the
+    page's own requests, refused as quietly as its fonts. A new tab's first request comes before its frame.
+    """
+    try:
+        return navigation.frame.parent_frame is None
+    except PlaywrightError:
+        return True
 
 
 class SiteGuard:
@@ -96,10 +109,10 @@ class SiteGuard:
         """Refuse and count a request outside the task's origins (only those reach this handler).
 
         A navigation is answered 204 No Content, so that it does not happen and the page stays on
-        the site; aborting it would replace the page with an error page. Anything else is aborted.
+        the site; aborting it would replace the page (or the iframe) with an error page. Anything else is aborted.
         """
         navigation = route.request.is_navigation_request()
-        self._record(route.request.url, tell=navigation)
+        self._record(route.request.url, tell=navigation and _of_a_tab(route.request))
         try:
             if navigation:
                 await route.fulfill(status=204)
