@@ -6,6 +6,7 @@ on the same held-out tasks, so those keys mean the same here; `filtered_bc.*` is
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from webrl.config_checks import at_least, one_of, within
@@ -47,3 +48,9 @@ class FilteredBCRunConfig(WebRLConfig):
         one_of("filtered_bc.score", self.filtered_bc.score, ("orm", "outcome"))
         within("filtered_bc.percentile", self.filtered_bc.percentile, 0, 100)
         at_least("filtered_bc.source_phase", self.filtered_bc.source_phase, 0)
+
+    def resolve(self) -> None:
+        """The run's paths, then `filtered_bc.source_run`'s leading `~` expanded, as `HOME_PATH_KEYS`' are: a shell
+        leaves `filtered_bc.source_run=~/runs/x` as typed, which would name a folder `~` of the current one."""
+        super().resolve()
+        self.filtered_bc.source_run = os.path.expanduser(self.filtered_bc.source_run)

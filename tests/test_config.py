@@ -171,3 +171,104 @@ def test_a_value_a_file_set_that_validate_refuses_names_the_file(tmp_path):
         load_config(WithMap, ["--config", str(first), "optim.lr=3.0"])
     with pytest.raises(ConfigError, match=r"must be <= 1$"):
         load_config(WithMap, ["--config", str(first), "optim={lr: 3.0}"])
+
+
+@dataclass
+class Named:
+    name: str = "webrl"
+    """a free-text name"""
+    label: str | None = None
+    """an optional text"""
+    count: int = 1
+    """a number"""
+    flag: bool = False
+    """a switch"""
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("name=no", "no"),  # YAML 1.1 would read false, held as 'False'
+        ("name=1.10", "1.10"),  # a float, held as '1.1'
+        ("name=007", "007"),
+        ("name=", ""),  # how a shell passes name="": YAML's null, refused as not optional
+        ("name='1.10'", "1.10"),  # a quoted string keeps its YAML reading
+        ("label=null", None),
+        ("label=", ""),
+        ("label=on", "on"),
+    ],
+)
+def test_a_string_key_on_the_command_line_takes_the_text_as_typed(override, expected):
+    key = override.partition("=")[0]
+    assert getattr(load_config(Named, [override]), key) == expected
+
+
+def test_other_keys_still_read_their_values_as_yaml():
+    config = load_config(Named, ["count=0x10", "flag=yes"])
+    assert (config.count, config.flag) == (16, True)
+    with pytest.raises(ConfigError, match="count"):
+        load_config(Named, ["count="])
+
+
+def test_a_file_may_interpolate_a_key_set_elsewhere(tmp_path, monkeypatch):
+    path = tmp_path / "interp.yaml"
+    path.write_text("optim:\n  epochs: ${seed}\n")
+    assert load_config(Root, ["--config", str(path), "seed=4"]).optim.epochs == 4
+    monkeypatch.delenv("WEBRL_TEST_UNSET", raising=False)
+    path.write_text("seed: ${oc.env:WEBRL_TEST_UNSET}\n")
+    with pytest.raises(ConfigError, match=r"interp\.yaml: key 'seed': .*WEBRL_TEST_UNSET") as err:
+        load_config(Root, ["--config", str(path)])
+    assert "\n" not in str(err.value)
+    assert load_config(Root, ["--config", str(path), "seed=2"]).seed == 2  # the command line's value is read instead
+
+
+@dataclass
+class WithDefaultMap:
+    names: dict[str, str] = field(default_factory=lambda: {"A": "x", "B": "y"})
+    """placeholder -> value"""
+
+
+def test_a_mapping_in_a_file_replaces_a_mapping_key_so_a_printed_config_loads_back(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        load_config(WithDefaultMap, ["names={B: z}", "--print-config"])
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(capsys.readouterr().out)
+    assert load_config(WithDefaultMap, ["--config", str(printed)]).names == {"B": "z"}
+    printed.write_text("names: {}\n")
+    assert load_config(WithDefaultMap, ["--config", str(printed)]).names == {}
+    # a later file's mapping replaces an earlier file's too
+    first = tmp_path / "first.yaml"
+    first.write_text("names:\n  C: w\n")
+    assert load_config(WithDefaultMap, ["--config", str(first), "--config", str(printed)]).names == {}
+
+
+@dataclass
+class SelfChecked:
+    rate: float = 0.5
+    """checked as the section is built"""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rate <= 1:
+            raise ConfigError(f"part.rate={self.rate}: must lie in (0, 1]", key="part.rate")
+
+
+@dataclass
+class WithChecks:
+    levels: list[float] = field(default_factory=lambda: [0.1])
+    """each in [0, 1]"""
+    part: SelfChecked = field(default_factory=SelfChecked)
+
+    def validate(self) -> None:
+        for i, level in enumerate(self.levels):
+            if not 0 <= level <= 1:
+                raise ConfigError(f"levels[{i}]={level}: must lie in [0, 1]", key=f"levels[{i}]")
+
+
+def test_a_list_item_or_a_self_checked_section_a_file_set_names_the_file(tmp_path):
+    path = tmp_path / "checks.yaml"
+    path.write_text("levels: [0.1, 2.0]\n")
+    with pytest.raises(ConfigError, match=r"levels\[1\]=2\.0: must lie in \[0, 1\] \(set in .*checks\.yaml\)$"):
+        load_config(WithChecks, ["--config", str(path)])
+    path.write_text("part:\n  rate: 0\n")
+    with pytest.raises(ConfigError, match=r"part\.rate=0\.0: must lie in \(0, 1\] \(set in .*checks\.yaml\)$"):
+        load_config(WithChecks, ["--config", str(path)])

@@ -202,3 +202,16 @@ def test_a_training_recipe_never_evaluates_on_what_it_trained_on(overrides, name
     recipe_config(overrides, trains=False)  # recipes.evaluate may read any split
     config = recipe_config(["env.test_split=validation", "env.train_split=train_fit"])
     assert (config.env.train_split, config.env.test_split) == ("train_fit", "validation")
+
+
+def test_an_empty_suite_is_refused_not_read_as_the_current_folder():
+    with pytest.raises(SystemExit, match=r"env\.suite='': must be embedded or a directory"):
+        recipe_config(["env.suite=", "env.url_map={__X__: 'http://h:1'}", "curriculum.mode=llm"])
+
+
+def test_an_empty_value_on_the_command_line_empties_a_string_key(tmp_path):
+    """`model.actor=""` in a shell arrives as `model.actor=`: the empty value the key's doc gives a meaning."""
+    path = tmp_path / "judge.yaml"
+    path.write_text("env:\n  judge_url: http://judge:8000/v1\n  judge_model: big\n")
+    config = recipe_config(["--config", str(path), "env.judge_url=", "model.actor=", "tracking.wandb_project=no"])
+    assert (config.env.judge_url, config.model.actor, config.tracking.wandb_project) == ("", "", "no")

@@ -70,6 +70,32 @@ def test_relative_paths_become_absolute_against_the_folder_the_command_starts_in
         load_config(WebRLConfig, ["model.cache_dir=''"])
 
 
+def test_a_leading_tilde_is_the_home_folder_in_every_key_that_holds_a_path(home):
+    """A shell leaves `model.base=~/llama` as typed (`model.base` is no variable name), as a YAML file always does."""
+    from recipes.filtered_bc_config import FilteredBCRunConfig
+
+    _model_dir(home / "llama")
+    (home / "states").mkdir()
+    chromium = home / "chrome"
+    chromium.write_text("#!/bin/sh\n")
+    chromium.chmod(0o755)
+    overrides = ["model.base=~/llama", "model.generator=~/llama", "env.storage_state_dir=~/states"]
+    config = load_config(WebRLConfig, [*overrides, "env.chromium=~/chrome", "tracking.wandb_dir=~/wandb"])
+    assert (config.model.base, config.model.generator) == (str(home / "llama"), str(home / "llama"))
+    assert config.env.storage_state_dir == str(home / "states")
+    assert (config.env.chromium, config.tracking.wandb_dir) == (str(chromium), str(home / "wandb"))
+    (home / "suite").mkdir()
+    suite = load_config(WebRLConfig, ["env.suite=~/suite", "env.url_map={__X__: 'http://h:1'}", "curriculum.mode=llm"])
+    assert suite.env.suite == str(home / "suite")
+    filtered = load_config(FilteredBCRunConfig, ["filtered_bc.source_run=~/runs/x"])
+    assert filtered.filtered_bc.source_run == str(home / "runs" / "x")
+    # names, URLs and relative paths are left as they are
+    assert load_config(WebRLConfig, ["model.base=smollm2"]).model.base == "smollm2"
+    assert load_config(WebRLConfig, ["model.generator=http://host:8000/v1"]).model.generator == "http://host:8000/v1"
+    _model_dir(home / "work" / "local")
+    assert load_config(WebRLConfig, ["model.base=local"]).model.base == "local"
+
+
 def test_config_json_records_the_absolute_paths(home):
     config = load_config(WebRLConfig, ["output_dir=runs/mine"])
     run_dir = Path(config.output_dir)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, StringNode
 from omegaconf.errors import OmegaConfBaseException
 
 from webrl.config_checks import ConfigError, finite_numbers
@@ -43,6 +43,8 @@ def load_config(
     `--help` prints `usage`, then each key (those under `help_keys`, when given) with the value this
     command would run with and its docstring; `--print-config` prints the checked config as YAML. Both exit.
     A schema with `resolve` has it called once, before the values are checked, shown or returned.
+    A mapping given to a plain mapping key (`env.url_map`) replaces it whole, in a file as on the command line,
+    so that `--print-config` output and a run's config.json load back to the config they record.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     wants_help = bool({"--help", "-h"} & set(argv))
@@ -61,17 +63,14 @@ def load_config(
             raise ConfigError(f"override {item!r} is not of the form key=value (see --help for the keys)")
         key, _, raw = item.partition("=")
         try:
-            _override(merged, key.strip(), _parse_value(raw))
+            _override(merged, key.strip(), raw)
         except OmegaConfBaseException as err:
             raise ConfigError(f"command-line override {item!r}: {_describe_error(err)}") from None
         from_environment.pop(key.strip(), None)
         _forget(set_in_files, key.strip())
     if missing := _required_keys(merged):
         raise ConfigError(f"no value for {', '.join(missing)}: a config file requires them (???); give key=value")
-    try:
-        config = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as err:
-        raise ConfigError(_describe_error(err)) from None
+    config = _to_object(merged, from_environment, set_in_files)
     resolve = getattr(config, "resolve", None)
     if callable(resolve):
         resolve()
@@ -83,6 +82,21 @@ def load_config(
         print(OmegaConf.to_yaml(config), end="")
         raise SystemExit(0)
     return config  # type: ignore[return-value]
+
+
+def _to_object(merged: DictConfig, from_environment: Mapping[str, str], set_in_files: Mapping[str, Path]) -> Any:
+    """The schema's instance of `merged`; an error names the file or variable that set its key, as `_check` does.
+
+    Interpolations are resolved here (a file's `${oc.env:NAME}` with NAME unset fails here), and sections that
+    check themselves as they are built (`__post_init__`) raise here, before `_check`.
+    """
+    try:
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        path = _file_of(set_in_files, getattr(err, "full_key", None) or "")
+        raise ConfigError(f"{path}: {_describe_error(err)}" if path else _describe_error(err)) from None
+    except ConfigError as err:
+        raise _traced(err, from_environment, set_in_files) from None
 
 
 def _sources(default_file: str | Path | None, environment: Mapping[str, str]) -> list[str]:
@@ -156,6 +170,7 @@ def _merge_files(
         if not isinstance(loaded, DictConfig):
             raise ConfigError(f"{path}: the top level must be a mapping of keys, got a {type(loaded).__name__}")
         try:
+            _empty_replaced_mappings(merged, loaded)
             merged = OmegaConf.merge(merged, loaded)
         except OmegaConfBaseException as err:
             raise ConfigError(f"{path}: {_describe_error(err)}") from None
@@ -168,17 +183,33 @@ def _merge_files(
     return merged
 
 
-def _leaf_keys(node: DictConfig, prefix: str = "") -> list[str]:
+def _empty_replaced_mappings(merged: DictConfig, loaded: DictConfig) -> None:
+    """Empty each plain mapping key of `merged` (`_is_plain_mapping`) that `loaded` gives a mapping, before the merge.
+
+    A file's mapping replaces the key's whole, as on the command line (`_override`): merged, it would keep the
+    entries of the defaults and of earlier files, so that a config.json or `--print-config` output whose
+    `curriculum.judge_rules` holds fewer rules than the defaults would not load back to the config it records.
+    """
+    given = {
+        dotted
+        for key, value in _flat_unresolved(loaded).items()
+        for dotted in _self_and_parents(key)
+        if dotted != key or isinstance(value, dict)
+    }
+    for dotted in sorted(given):
+        if _is_plain_mapping(_node(merged, dotted)):
+            OmegaConf.update(merged, dotted, {}, merge=False)
+
+
+def _self_and_parents(key: str) -> list[str]:
+    """`a.b.c` -> [`a`, `a.b`, `a.b.c`]."""
+    parts = key.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _leaf_keys(node: DictConfig) -> list[str]:
     """The dotted keys a YAML file gives values to (an empty mapping counts as a value)."""
-    keys = []
-    for key in node:
-        dotted = f"{prefix}{key}"
-        child = None if OmegaConf.is_missing(node, key) else node[key]
-        if isinstance(child, DictConfig) and len(child):
-            keys.extend(_leaf_keys(child, dotted + "."))
-        else:
-            keys.append(dotted)
-    return keys
+    return list(_flat_unresolved(node))
 
 
 def _forget(set_in: dict[str, Path], key: str) -> None:
@@ -188,34 +219,83 @@ def _forget(set_in: dict[str, Path], key: str) -> None:
 
 
 def _file_of(set_in: Mapping[str, Path], key: str) -> Path | None:
-    """The file that set `key`, a key under it (a mapping's entry) or a key above it; None where none did."""
+    """The file that set `key`, a key under it (a mapping's entry) or a key above it; None where none did.
+
+    A list's item (`orm.data.solver_noise[1]`) is traced as its list, the value a file gives whole.
+    """
+    key = key.split("[", 1)[0]
     for known, path in set_in.items():
         if known == key or known.startswith(key + ".") or key.startswith(known + "."):
             return path
     return None
 
 
-def _override(merged: DictConfig, key: str, value: Any) -> None:
-    """Set `key=value` from the command line: a mapping given to a plain mapping key replaces it, as a list does.
+def _override(merged: DictConfig, key: str, raw: str) -> None:
+    """Set `key=raw` from the command line: a mapping given to a plain mapping key replaces it, as a list does.
 
     `env.url_map={}` must empty the map a file gave; merging would keep every entry. A section of the schema
-    (a dataclass, e.g. `actor.loss={beta: 0.5}`) still takes the given keys over its others.
+    (a dataclass, e.g. `actor.loss={beta: 0.5}`) still takes the given keys over its others. A string key takes
+    the text as typed (`_as_typed`).
     """
-    node = OmegaConf.select(merged, key, throw_on_missing=False)
-    replaces = isinstance(value, dict) and isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict
+    node = _node(merged, key)
+    value = _as_typed(node, raw)
+    replaces = isinstance(value, dict) and _is_plain_mapping(node)
     OmegaConf.update(merged, key, value, merge=not replaces, force_add=False)
 
 
-def _required_keys(node: DictConfig, prefix: str = "") -> list[str]:
+def _node(config: DictConfig, key: str) -> Any:
+    """The node at dotted `key`, its interpolation unresolved; None where there is none."""
+    parent_key, _, leaf = key.rpartition(".")
+    try:
+        parent = OmegaConf.select(config, parent_key) if parent_key else config
+        return parent._get_node(leaf) if isinstance(parent, DictConfig) else None
+    except OmegaConfBaseException:
+        return None
+
+
+def _is_plain_mapping(node: Any) -> bool:
+    """A `dict[...]` key of the schema (`env.url_map`), unlike a section (a dataclass) that maps keys too."""
+    return isinstance(node, DictConfig) and not node._is_missing() and OmegaConf.get_type(node) is dict
+
+
+def _as_typed(node: Any, raw: str) -> Any:
+    """`raw` read as YAML (`_parse_value`), except where `node` is a string key and YAML reads another scalar.
+
+    YAML 1.1 reads `no` as false, `1.10` as 1.1 and an empty value as null, which a string key would then hold
+    as 'False' and '1.1' or refuse as not optional: `tracking.wandb_project=no` and `env.judge_model=1.10` mean
+    the text typed, and `model.actor=` (how a shell passes `model.actor=""`) the empty value that the key's
+    doc gives a meaning. A quoted string, a list or a mapping keep their YAML reading, and `null` an optional key's.
+    """
+    value = _parse_value(raw)
+    if not isinstance(node, StringNode) or isinstance(value, (str, list, dict)):
+        return value
+    if value is None and node._is_optional() and raw.strip():
+        return None
+    return raw.strip()
+
+
+def _required_keys(node: DictConfig) -> list[str]:
     """The dotted keys a YAML file sets to `???`: values its user must give (`to_object` then names each one)."""
-    keys = []
-    for key in node:
-        dotted = f"{prefix}{key}"
-        if OmegaConf.is_missing(node, key):
-            keys.append(dotted)
-        elif isinstance(node[key], DictConfig):
-            keys.extend(_required_keys(node[key], dotted + "."))
-    return keys
+    return [key for key, value in _flat_unresolved(node).items() if value == "???"]
+
+
+def _flat_unresolved(node: DictConfig) -> dict[str, Any]:
+    """`node` as `{dotted key: value}`, a missing value as `???` and an empty mapping as a value of its own.
+
+    Interpolations stay unresolved: a file's `output_dir: runs/seed_${seed}` names a key that another file, the
+    defaults or the command line give, and an `${oc.env:...}` a variable read once, when the whole config is.
+    """
+    return _flat(OmegaConf.to_container(node, resolve=False))
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _apply_environment(merged: DictConfig, environment: Mapping[str, str]) -> dict[str, str]:
@@ -241,12 +321,15 @@ def _check(config: Any, from_environment: Mapping[str, str], set_in_files: Mappi
         if callable(validate):
             validate()
     except ConfigError as err:
-        if err.key in from_environment:
-            raise ConfigError(f"{err} (from ${from_environment[err.key]})", key=err.key) from None
-        path = _file_of(set_in_files, err.key) if err.key else None
-        if path is not None:
-            raise ConfigError(f"{err} (set in {path})", key=err.key) from None
-        raise
+        raise _traced(err, from_environment, set_in_files) from None
+
+
+def _traced(err: ConfigError, from_environment: Mapping[str, str], set_in_files: Mapping[str, Path]) -> ConfigError:
+    """`err` with the variable or file that set its key named, where one did (`err` itself otherwise)."""
+    if err.key in from_environment:
+        return ConfigError(f"{err} (from ${from_environment[err.key]})", key=err.key)
+    path = _file_of(set_in_files, err.key) if err.key else None
+    return ConfigError(f"{err} (set in {path})", key=err.key) if path is not None else err
 
 
 def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,17 @@ from webrl.run_config import PATH_KEYS, ResumeConfig, flatten
 from webrl.stage_settings import StageSettings
 from webrl.tracking import TrackingConfig
 
+HOME_PATH_KEYS = (
+    "model.base",
+    "model.generator",
+    "env.suite",
+    "env.storage_state_dir",
+    "env.chromium",
+    "tracking.wandb_dir",
+)
+"""Keys that may hold a path beside other values (a model's name, a URL, `embedded`): a leading `~` is expanded as
+the config is read (`WebRLConfig.resolve`), which changes no other value, rather than checked or used as a folder
+named `~`. They stay relative where given so: the cache keys of the models built from `model.base` hold it as given."""
 REWARD_SOURCES = ("orm", "evaluator")
 ENGINES = ("hf", "vllm", "openai")
 BUILT_MODELS = ("tiny", "smollm2")
@@ -159,7 +171,7 @@ class EnvConfig:
             one_of("env.train_split", self.train_split, EMBEDDED_SPLITS)
             one_of("env.test_split", self.test_split, EMBEDDED_SPLITS)
         else:
-            suite_ok = Path(self.suite).exists()
+            suite_ok = bool(self.suite) and Path(self.suite).exists()  # Path("") is the current folder
             require(suite_ok, "env.suite", self.suite, "must be embedded or a directory/file of WebArena task configs")
             require(bool(self.url_map), "env.url_map", self.url_map, "must map placeholders to base URLs (env.suite)")
         for placeholder, url in self.url_map.items():
@@ -521,12 +533,19 @@ class WebRLConfig:
 
         Each path of `PATH_KEYS` becomes absolute, so that every stage, every process a launcher starts and
         config.json name the same places, whatever folder each of them runs in; an empty path (model.actor,
-        model.orm unset) stays empty. `fabric.precision=auto` becomes this machine's precision, so that
+        model.orm unset) stays empty; a leading `~` of each path of `HOME_PATH_KEYS` is the home folder, which a shell
+        leaves unexpanded in `model.base=~/llama` (`model.base` is no variable name) and a YAML file always does.
+        `fabric.precision=auto` becomes this machine's precision, so that
         config.json, the cache keys of the SFT and ORM checkpoints and a resume see the precision that ran.
         """
         self.fabric.precision = self.fabric.concrete_precision()
         for key in PATH_KEYS:
-            section, _, name = key.rpartition(".")
-            owner = getattr(self, section) if section else self
-            if getattr(owner, name):
-                setattr(owner, name, str(absolute_path(getattr(owner, name))))
+            self._convert(key, lambda path: str(absolute_path(path)) if path else path)
+        for key in HOME_PATH_KEYS:
+            self._convert(key, os.path.expanduser)
+
+    def _convert(self, key: str, convert: Callable[[str], str]) -> None:
+        """Replace the value of the dotted `key` (one level of section at most) with `convert(value)`."""
+        section, _, name = key.rpartition(".")
+        owner = getattr(self, section) if section else self
+        setattr(owner, name, convert(getattr(owner, name)))

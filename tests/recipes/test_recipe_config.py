@@ -106,3 +106,21 @@ def test_fp16_mixed_precision_on_cpu_is_refused_naming_the_key():
     ):
         recipe_config(["fabric.precision=16-mixed"])
     assert recipe_config(["fabric.precision=16-mixed", "fabric.accelerator=cuda"]).fabric.precision == "16-mixed"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["curriculum.judge_rules={}"],
+        ["curriculum.site_descriptions={shopping: a store}", "tracking.wandb_project=off", "env.judge_model=1.10"],
+    ],
+)
+def test_print_config_loads_back_to_the_same_config(tmp_path, capsys, overrides):
+    """`--print-config` output (and a run's config.json, the branch relaunch's `--config`) is the config it records."""
+    argv = [f"output_dir={tmp_path / 'run'}", *overrides]
+    config = recipe_config(argv)
+    with pytest.raises(SystemExit):
+        recipe_config([*argv, "--print-config"])
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(capsys.readouterr().out)
+    assert recipe_config(["--config", str(printed)]) == config
