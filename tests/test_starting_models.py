@@ -29,6 +29,7 @@ from webrl.data.atomic_io import write_text_atomic
 from webrl.data.prompts import trajectory_orm_prompt
 from webrl.data.trajectory import write_trajectories
 from webrl.loop_config import EPISODE_LIMIT_KEYS, WebRLConfig
+from webrl.modules.model_factory import build_tiny_model
 from webrl.starting_models import (
     base_model_dir,
     cache_key,
@@ -165,6 +166,46 @@ def test_the_orm_data_is_kept_across_training_settings_and_redrawn_when_its_sour
     assert name(_config(tmp_path, "env.html_chars=900")) != plain
     for neutral in (*EPISODE_NEUTRAL, *ORM_NEUTRAL):
         assert name(_config(tmp_path, neutral)) == plain, neutral
+
+
+def test_the_orm_keys_of_a_given_actor_follow_the_demonstrations_its_data_holds(tmp_path):
+    """A given actor's path does not name the demonstrations, which the ORM's data holds and replays (hard
+    negatives): other demonstrations (`sft.demo_tasks`) must make another ORM and data set, not reuse them."""
+    actor = build_tiny_model(tmp_path / "actor", ["click the link"], vocab_size=300, hidden_size=64, num_layers=1)
+
+    def names(*overrides: str) -> tuple[str, str, str]:
+        config = _config(tmp_path, f"model.actor={actor}", *overrides)
+        demos = demonstrations_path(config, demonstration_tokenizer(config)).name
+        return demos, orm_dir(config, actor).name, orm_data_dir(config, actor).name
+
+    plain, fewer = names(), names("sft.demo_tasks=10")
+    assert plain[0] != fewer[0], "other demonstrations"
+    assert plain[1] != fewer[1] and plain[2] != fewer[2], "another ORM, on other data"
+    assert names("sft.train.lr=0.5") == plain, "the SFT's settings train no given actor"
+    unused = ("orm.data.demonstrations=false", "orm.data.truncated=false", "orm.data.wrong_answer=false")
+    assert names(*unused, "sft.demo_tasks=10")[1:] == names(*unused)[1:], "data without demonstrations"
+
+
+def test_the_sft_and_orm_keys_count_the_training_processes_and_keep_their_one_process_keys(tmp_path):
+    """`batch_size` is per process: two processes train another model, which a one-process run must not reuse."""
+    config = _config(tmp_path)
+    sft, orm = _sft_name(config), orm_dir(config, Path("/cache/sft-1")).name
+    for layout in ("fabric.devices=2", "fabric.num_nodes=2"):
+        assert _sft_name(_config(tmp_path, layout)) != sft, layout
+        assert orm_dir(_config(tmp_path, layout), Path("/cache/sft-1")).name != orm, layout
+        assert orm_data_dir(_config(tmp_path, layout), Path("/cache/sft-1")) == orm_data_dir(
+            config, Path("/cache/sft-1")
+        )
+    one_process = cache_key(
+        "/models/base",
+        "demos-abc.jsonl",
+        config.sft,
+        config.model.max_length,
+        config.env.suite,
+        config.seed,
+        config.fabric.precision,
+    )
+    assert sft == f"sft-{one_process}", "the keys built before the layout was a part stay"
 
 
 def test_the_orm_keys_hold_their_neutral_settings_at_the_defaults_so_built_keys_stay(tmp_path):
@@ -496,3 +537,52 @@ def test_ensure_orm_reuses_a_given_or_built_orm(tmp_path, fabric):
     (target / DONE_MARKER).write_text(json.dumps({}))
     assert ensure_orm(config, fabric, None, None, tmp_path / "sft", []) == target
     assert not target.with_name(target.name.replace("orm-", "orm-data-", 1)).exists(), "no data was collected"
+
+
+CONVERTER = """
+import os, sys, time
+from pathlib import Path
+sys.path[:0] = [{code!r}]  # the webrl this test imported
+import webrl.modules.model_factory as factory
+
+work, me = Path(sys.argv[1]), sys.argv[2]
+
+
+class CountingLoader:
+    \"\"\"transformers' loader, counting the conversions that read the GGUF file.\"\"\"
+
+    @staticmethod
+    def from_pretrained(*args, **kwargs):
+        with open(work / "conversions.log", "a") as log:
+            log.write(me + "\\n")
+        return factory.AutoModelForCausalLM_real.from_pretrained(*args, **kwargs)
+
+
+factory.AutoModelForCausalLM_real, factory.AutoModelForCausalLM = factory.AutoModelForCausalLM, CountingLoader
+(work / ("ready-" + me)).touch()
+while len(list(work.glob("ready-*"))) < 2:  # both ask at once
+    time.sleep(0.01)
+out = factory.convert_smollm2(work / "cache" / factory.SMOLLM2_DIR_NAME)
+print(out, os.stat(out / "model.safetensors").st_ino)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_processes_converting_smollm2_at_once_convert_it_once_into_a_shared_readable_dir(tmp_path):
+    """The second waits and reuses the first's directory: converting again would replace the directory the first
+    had returned (and may be reading). The directory is readable by the cache's other users, and no staging stays."""
+    script = tmp_path / "converter.py"
+    script.write_text(CONVERTER.format(code=str(Path(starting_models.__file__).resolve().parents[1])))
+    runs = [
+        subprocess.Popen([sys.executable, str(script), str(tmp_path), name], stdout=subprocess.PIPE, text=True)
+        for name in ("first", "second")
+    ]
+    outputs = [run.communicate(timeout=540)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0]
+    assert len((tmp_path / "conversions.log").read_text().split()) == 1, "converted once"
+    out = tmp_path / "cache" / "smollm2-135m-instruct"
+    returned = {tuple(text.split()[-2:]) for text in outputs}
+    assert returned == {(str(out), str((out / "model.safetensors").stat().st_ino))}, "the returned dir stays"
+    assert out.stat().st_mode & 0o055 == 0o055, "other users of a shared cache can read it"
+    assert {p.name for p in out.parent.iterdir()} <= {out.name, out.name + ".lock"}, "no staging dir stays"

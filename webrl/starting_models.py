@@ -254,7 +254,8 @@ def tiny_model_dir(config: WebRLConfig, demos_path: Path) -> Path:
 
 
 def sft_dir(config: WebRLConfig, base: Path, demos_path: Path) -> Path:
-    """The SFT checkpoint's cache dir: keyed by its start model, settings, numeric precision and demonstrations file.
+    """The SFT checkpoint's cache dir: keyed by its start model, settings, numeric precision, number of training
+    processes (`training_layout`) and demonstrations file.
 
     `sft.demo_concurrency` is held at its default: how many solver episodes ran at once changes no demonstration
     (their file's key leaves it out too), so it cannot change the SFT actor.
@@ -267,8 +268,19 @@ def sft_dir(config: WebRLConfig, base: Path, demos_path: Path) -> Path:
         config.env.suite,
         config.seed,
         config.fabric.precision,
+        *training_layout(config),
     )
     return Path(config.model.cache_dir) / f"sft-{key}"
+
+
+def training_layout(config: WebRLConfig) -> tuple[dict[str, int], ...]:
+    """The key part of a trained cache entry (SFT, ORM) that says how many processes trained it, where not one.
+
+    A stage's `batch_size` is per process, so two processes train on batches twice as large in half as many steps:
+    another model. Left out for one process, so that the keys built before it was a part stay.
+    """
+    world_size = config.fabric.devices * config.fabric.num_nodes
+    return ({"world_size": world_size},) if world_size > 1 else ()
 
 
 def train_sft(
@@ -400,7 +412,8 @@ def orm_data_fields(config: WebRLConfig) -> dict[str, Any]:
 
 
 def orm_dir(config: WebRLConfig, sft: Path) -> Path:
-    """The ORM's cache dir: keyed by the SFT actor and every setting of its data (`orm.data`) and training.
+    """The ORM's cache dir: keyed by the SFT actor, the demonstrations (`orm_demonstrations`), every setting of its
+    data (`orm.data`) and training, and how many processes train it (`training_layout`).
 
     Of `env`, only what shapes the ORM's episodes counts (`orm_episode_settings`): another browser build, context
     reuse or evaluation split makes the same ORM; nor does `orm.data.concurrency` count (`orm_data_fields`).
@@ -413,14 +426,30 @@ def orm_dir(config: WebRLConfig, sft: Path) -> Path:
         config.model.max_length,
         config.seed,
         config.fabric.precision,
+        *orm_demonstrations(config),
+        *training_layout(config),
     )
     return Path(config.model.cache_dir) / f"orm-{key}"
+
+
+def orm_demonstrations(config: WebRLConfig) -> tuple[str, ...]:
+    """The key part of the ORM's caches that names the demonstrations its data holds, where the actor's path does not.
+
+    The ORM's data holds the demonstrations and the hard negatives made of them (`orm.data`). A built SFT actor's
+    path already names them (`sft_dir`), so nothing is added then and the keys built before stay; a given actor's
+    (`model.actor`) does not, and `sft.demo_tasks` or another version of the sites changes the demonstrations only.
+    """
+    data = config.orm.data
+    if not config.model.actor or not (data.demonstrations or data.truncated or data.wrong_answer):
+        return ()
+    return (demonstrations_path(config, demonstration_tokenizer(config)).name,)
 
 
 def orm_data_dir(config: WebRLConfig, sft: Path) -> Path:
     """Where the ORM's training episodes are kept: keyed by what makes them, not by how the ORM trains on them,
     so that a change of `orm.train` reuses them (for SmolLM2 they are 8 minutes of rollouts); of `env`, only what
-    shapes these episodes counts (`orm_episode_settings`), and of `orm.data` what `orm_data_fields` gives."""
+    shapes these episodes counts (`orm_episode_settings`), and of `orm.data` what `orm_data_fields` gives. The hard
+    negatives are replays of the demonstrations: a given actor's key names them (`orm_demonstrations`)."""
     key = cache_key(
         str(sft),
         config.orm.rollout_tasks,
@@ -429,6 +458,7 @@ def orm_data_dir(config: WebRLConfig, sft: Path) -> Path:
         config.rollout.sampling_fields(),
         config.seed,
         config.fabric.precision,
+        *orm_demonstrations(config),
     )
     return Path(config.model.cache_dir) / f"orm-data-{key}"
 

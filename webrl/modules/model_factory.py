@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -150,12 +148,28 @@ def convert_smollm2(cache_dir: str | os.PathLike | None = None) -> Path:
     the copy that runs with the default model.cache_dir use too.
 
     The first call takes ~20 s (transformers dequantises the Q4_1 tensors to float32); later
-    calls find `config.json` and `model.safetensors` and return at once. The directory is
-    written under a temporary name and renamed, so an interrupted conversion never looks done.
+    calls find `config.json` and `model.safetensors` and return at once. It is a cache entry like the others
+    (`webrl.training.build_once`): of two processes converting at once, one converts and the other waits and
+    reuses its directory (converting again would replace the directory the first had returned, under a reader),
+    and the directory is written in a `staging_dir` (readable by the cache's other users) and renamed, so an
+    interrupted conversion never looks done and the next one removes what it left.
     """
+    from webrl.training import build_once
+
     out = absolute_path(user_cache_dir() / SMOLLM2_DIR_NAME if cache_dir is None else cache_dir)
-    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
-        return out
+    build_once(out, lambda: _convert_smollm2_into(out), done=_smollm2_converted)
+    return out
+
+
+def _smollm2_converted(out: Path) -> bool:
+    """The conversion is in: its files, renamed into place together (those older code converted have no marker)."""
+    return (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+
+
+def _convert_smollm2_into(out: Path) -> None:
+    """Convert the GGUF file into a staging directory beside `out`, then rename it to `out` with its done marker."""
+    from webrl.training import publish_model_dir, staging_dir
+
     gguf = smollm2_gguf_path()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -163,15 +177,7 @@ def convert_smollm2(cache_dir: str | os.PathLike | None = None) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return out
+    staging = staging_dir(out)
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    publish_model_dir(staging, out, {"source": gguf.name})
