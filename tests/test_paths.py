@@ -89,11 +89,25 @@ def test_a_leading_tilde_is_the_home_folder_in_every_key_that_holds_a_path(home)
     assert suite.env.suite == str(home / "suite")
     filtered = load_config(FilteredBCRunConfig, ["filtered_bc.source_run=~/runs/x"])
     assert filtered.filtered_bc.source_run == str(home / "runs" / "x")
-    # names, URLs and relative paths are left as they are
+    # names and URLs are left as they are
     assert load_config(WebRLConfig, ["model.base=smollm2"]).model.base == "smollm2"
     assert load_config(WebRLConfig, ["model.generator=http://host:8000/v1"]).model.generator == "http://host:8000/v1"
+
+
+def test_a_relative_base_model_or_suite_becomes_absolute_and_relaunches_as_the_same_place(home):
+    """The SFT cache key holds model.base and env.suite: `models/llama` named from two folders is two models."""
     _model_dir(home / "work" / "local")
-    assert load_config(WebRLConfig, ["model.base=local"]).model.base == "local"
+    (home / "work" / "suite").mkdir()
+    overrides = ["output_dir=runs/rel", "model.base=local", "env.suite=suite", "env.url_map={__X__: 'http://h:1'}"]
+    config = load_config(WebRLConfig, [*overrides, "curriculum.mode=llm"])
+    assert (config.model.base, config.env.suite) == (str(home / "work" / "local"), str(home / "work" / "suite"))
+    assert load_config(WebRLConfig, ["model.base=tiny", "env.suite=embedded"]).env.suite == "embedded"
+    saved = config_to_dict(config)
+    saved["model"]["base"], saved["env"]["suite"] = "local", "suite"  # as a launch before this change wrote them
+    run_dir = Path(config.output_dir)
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    assert check_run_config(run_dir, config, []) == {}
 
 
 def test_config_json_records_the_absolute_paths(home):

@@ -11,6 +11,7 @@ import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,8 @@ from webrl.env.screenshots import ScreenshotConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
 from webrl.fabric_config import FabricConfig
 from webrl.modules.settings import HEAD_INIT_STD, ActorLossConfig, AdvantageConfig, LoraSettings
-from webrl.paths import absolute_path, user_cache_dir
-from webrl.run_config import PATH_KEYS, ResumeConfig, flatten
+from webrl.paths import user_cache_dir
+from webrl.run_config import KEYWORD_PATH_KEYS, PATH_KEYS, ResumeConfig, absolute_unless_keyword, flatten
 from webrl.stage_settings import StageSettings
 from webrl.tracking import TrackingConfig
 
@@ -531,18 +532,19 @@ class WebRLConfig:
     def resolve(self) -> None:
         """Fix what depends on where the config is read, once (`load_config` calls this): paths and `auto` precision.
 
-        Each path of `PATH_KEYS` becomes absolute, so that every stage, every process a launcher starts and
-        config.json name the same places, whatever folder each of them runs in; an empty path (model.actor,
-        model.orm unset) stays empty; a leading `~` of each path of `HOME_PATH_KEYS` is the home folder, which a shell
+        Each path of `PATH_KEYS` and `KEYWORD_PATH_KEYS` (`model.base`, `env.suite` unless a keyword) becomes
+        absolute, so that every stage, every process a launcher starts, config.json and the cache keys name the same
+        places, whatever folder each of them runs in; an empty path (model.actor, model.orm unset) stays empty; a
+        leading `~` of each path of `HOME_PATH_KEYS` is the home folder, which a shell
         leaves unexpanded in `model.base=~/llama` (`model.base` is no variable name) and a YAML file always does.
         `fabric.precision=auto` becomes this machine's precision, so that
         config.json, the cache keys of the SFT and ORM checkpoints and a resume see the precision that ran.
         """
         self.fabric.precision = self.fabric.concrete_precision()
-        for key in PATH_KEYS:
-            self._convert(key, lambda path: str(absolute_path(path)) if path else path)
         for key in HOME_PATH_KEYS:
             self._convert(key, os.path.expanduser)
+        for key in (*PATH_KEYS, *KEYWORD_PATH_KEYS):
+            self._convert(key, partial(absolute_unless_keyword, key))
 
     def _convert(self, key: str, convert: Callable[[str], str]) -> None:
         """Replace the value of the dotted `key` (one level of section at most) with `convert(value)`."""
