@@ -99,13 +99,16 @@ def launch_fabric(config: WebRLConfig, loggers: list | None = None) -> Fabric:
     """The run's Fabric, launched: with several devices this starts the other processes, which rerun the recipe.
 
     Lightning's refusal of a layout this machine cannot run (FSDP1 with `fabric.accelerator=auto` and no GPU)
-    is a config error, one line.
+    is a config error, one line, and so is a torchrun or srun layout other than `fabric.devices` x
+    `fabric.num_nodes` (`webrl.distributed.check_launcher`).
     """
     from webrl.distributed import build_fabric
 
     try:
         fabric = build_fabric(config.fabric, loggers=loggers)
         fabric.launch()
+    except ConfigError as err:
+        raise SystemExit(f"config error: {err}") from None
     except ValueError as err:
         raise SystemExit(f"config error: fabric.*: {err}") from None
     return fabric
@@ -147,7 +150,8 @@ def run(config: WebRLConfig) -> list[dict]:
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)
         has_engine = config.engines.engine_index(fabric.global_rank, config.fabric) is not None
-        engine = build_engine(config.rollout.engine, sft, **engine_options(config)) if has_engine else None
+        options = engine_options(config, fabric.local_rank)
+        engine = build_engine(config.rollout.engine, sft, **options) if has_engine else None
         orm = ensure_orm(config, fabric, env, engine, sft, demos) if config.reward.orm_labels else None
         choice = ensure_orm_threshold(config, fabric, env, engine, sft, orm) if orm is not None else None
         threshold = choice.threshold if choice is not None else None
@@ -164,13 +168,22 @@ def run(config: WebRLConfig) -> list[dict]:
     return history
 
 
-def engine_options(config: WebRLConfig) -> dict:
-    """Constructor options of the configured engine."""
-    if config.rollout.engine == "hf":
-        return {"batch_size": config.rollout.concurrency}
+def engine_options(config: WebRLConfig, local_rank: int | None = None) -> dict:
+    """Constructor options of the configured engine, built by the process of local rank `local_rank`.
+
+    The local rank places an hf engine on its rank's own GPU in a CUDA run (`EnginePlacement.engine_options`);
+    None takes it from the launcher's variables, for a recipe that has not launched Fabric.
+    """
     if config.rollout.engine == "openai":
         return {"base_url": config.rollout.openai_url}
-    return config.engines.engine_options(config.rollout.engine, config.fabric)
+    if local_rank is None:
+        from webrl.distributed import launch_local_rank
+
+        local_rank = launch_local_rank()
+    placed = config.engines.engine_options(config.rollout.engine, config.fabric, local_rank)
+    if config.rollout.engine == "hf":
+        return {"batch_size": config.rollout.concurrency, **placed}
+    return placed
 
 
 if __name__ == "__main__":

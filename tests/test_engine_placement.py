@@ -4,9 +4,11 @@ and how trained weights reach the engines."""
 from __future__ import annotations
 
 import pytest
+import torch
 
+from recipes import webrl
 from webrl.config import ConfigError, load_config
-from webrl.engine_placement import EnginePlacement, node_cpus
+from webrl.engine_placement import EnginePlacement, engine_device, node_cpus
 from webrl.fabric_config import FabricConfig
 from webrl.loop_config import WebRLConfig
 from webrl.web_environment import WebEnvironment
@@ -55,7 +57,49 @@ def test_vllm_on_cuda_gets_its_budget_sleep_mode_and_tensor_parallelism():
     }
     assert EnginePlacement().engine_options("vllm", TWO_NODES)["tensor_parallel_size"] == 1
     assert EnginePlacement().engine_options("vllm", FabricConfig()) == {}  # CPU: vLLM's CPU defaults
-    assert EnginePlacement().engine_options("hf", TWO_NODES) == {}
+    assert EnginePlacement().engine_options("hf", TWO_NODES, local_rank=1) == {"device": "cuda:1"}
+
+
+def test_an_engine_decodes_on_the_gpu_of_the_rank_that_builds_it():
+    assert engine_device("cuda", 1) == "cuda:1"
+    assert engine_device("gpu", 0) == "cuda:0"
+    assert engine_device("auto", 3, cuda_available=True) == "cuda:3"  # Lightning's auto picks CUDA there too
+    assert engine_device("auto", 3, cuda_available=False) == "cpu"
+    assert engine_device("cpu", 1) == "cpu"
+    assert engine_device("mps", 0) == "mps"
+
+
+def test_the_hf_engine_of_a_cuda_run_is_built_on_its_ranks_gpu(monkeypatch):
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")  # Fabric's own launcher: the node's second process
+    config = load_config(WebRLConfig, ["rollout.engine=hf", "fabric.accelerator=cuda", "fabric.devices=2"])
+    assert webrl.engine_options(config) == {"batch_size": config.rollout.concurrency, "device": "cuda:1"}
+    assert webrl.engine_options(config, local_rank=0)["device"] == "cuda:0"
+    default = load_config(WebRLConfig, [])
+    assert webrl.engine_options(default) == {"batch_size": default.rollout.concurrency, "device": "cpu"}
+
+
+def test_accelerator_auto_on_a_gpu_machine_places_the_engines_as_cuda_does(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    auto = FabricConfig(accelerator="auto", devices=2)
+    assert EnginePlacement().engine_options("vllm", auto)["gpu_memory_utilization"] == 0.9
+    assert EnginePlacement().engine_options("hf", auto, local_rank=1) == {"device": "cuda:1"}
+    assert EnginePlacement().syncs_in_memory("vllm", auto)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_hf_engine_of_a_cuda_run_decodes_on_the_gpu(tmp_path):
+    from webrl.inference.engine import SamplingParams, build_engine
+    from webrl.modules.lm import build_tiny_model
+
+    model_dir = build_tiny_model(tmp_path, ["click the blue button"], vocab_size=300, hidden_size=32, num_layers=1)
+    config = load_config(WebRLConfig, ["rollout.engine=hf", "fabric.accelerator=cuda"])
+    engine = build_engine("hf", model_dir, **webrl.engine_options(config, local_rank=0))
+    assert next(engine.model.parameters()).device == torch.device("cuda", 0)
+    assert len(engine.generate(["click"], SamplingParams(temperature=0.0, max_tokens=2))) == 1
+    engine.close()
 
 
 @pytest.mark.parametrize(

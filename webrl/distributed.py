@@ -15,6 +15,7 @@ import torch.distributed as dist
 from lightning.fabric import Fabric
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
+from webrl.config_checks import require
 from webrl.fabric_config import FabricConfig
 
 
@@ -45,6 +46,7 @@ def shard_with_fully_shard(module: torch.nn.Module, device_mesh: Any) -> torch.n
 def build_fabric(config: FabricConfig, loggers: list[Any] | None = None) -> Fabric:
     """A Fabric for `config`; call `fabric.launch()` before using it."""
     config.validate()
+    check_launcher(config)
     strategy: Any = config.strategy
     if config.strategy == "model_parallel":
         from lightning.fabric.strategies import ModelParallelStrategy
@@ -68,19 +70,67 @@ def build_fabric(config: FabricConfig, loggers: list[Any] | None = None) -> Fabr
     )
 
 
+def _launcher() -> TorchElasticEnvironment | SLURMEnvironment | None:
+    """The launcher that started this process, asked in Fabric's own order (torchrun first, since it also runs
+    inside SLURM jobs); None when Fabric starts the processes itself (or it is one plain process)."""
+    for environment in (TorchElasticEnvironment, SLURMEnvironment):
+        if environment.detect():
+            return environment()
+    return None
+
+
 def launch_rank(config: FabricConfig) -> int:
     """This process's global rank as its launcher set it, known before `fabric.launch()`.
 
     A recipe writes the run's shared files (config.json, the W&B run id) before it launches, and
     under torchrun or srun every rank of every node starts at once on the one shared run directory:
-    only the future rank 0 may write them. The launchers are asked in Fabric's own order (torchrun
-    first, since it also runs inside SLURM jobs). Fabric's own launcher starts a node's other
-    processes with LOCAL_RANK and each node with NODE_RANK.
+    only the future rank 0 may write them. Fabric's own launcher starts a node's other processes with
+    LOCAL_RANK and each node with NODE_RANK.
     """
-    for environment in (TorchElasticEnvironment, SLURMEnvironment):
-        if environment.detect():
-            return environment().global_rank()
-    return int(os.environ.get("NODE_RANK", 0)) * config.devices + int(os.environ.get("LOCAL_RANK", 0))
+    launcher = _launcher()
+    if launcher is not None:
+        return launcher.global_rank()
+    return int(os.environ.get("NODE_RANK", 0)) * config.devices + launch_local_rank()
+
+
+def launch_local_rank() -> int:
+    """This process's rank on its node as its launcher set it (0 for Fabric's first process): the GPU it trains on,
+    and the one its engine decodes on, for a recipe that has no launched Fabric to ask (`recipes.evaluate`)."""
+    launcher = _launcher()
+    return launcher.local_rank() if launcher is not None else int(os.environ.get("LOCAL_RANK", 0))
+
+
+def launcher_layout() -> tuple[str, int, int] | None:
+    """(launcher, processes per node, processes in all) that torchrun or srun started; None without either."""
+    launcher = _launcher()
+    if isinstance(launcher, TorchElasticEnvironment):
+        world = launcher.world_size()
+        return "torchrun", int(os.environ.get("LOCAL_WORLD_SIZE", world)), world
+    if isinstance(launcher, SLURMEnvironment):
+        world = launcher.world_size()
+        per_node = os.environ.get("SLURM_NTASKS_PER_NODE", "")
+        nodes = int(os.environ.get("SLURM_NNODES", 1))
+        return "srun", int(per_node) if per_node.isdigit() else world // max(nodes, 1), world
+    return None
+
+
+def check_launcher(config: FabricConfig) -> None:
+    """Stop, naming `fabric.devices` or `fabric.num_nodes`, when torchrun or srun started another layout.
+
+    Under such a launcher Fabric starts no process of its own and checks the layout only for `ddp`: with the
+    default `auto` and `devices=1` every process ran alone as rank 0, each rolling out every task into the same
+    run directory; `model_parallel` failed with an IndexError or a mesh-size error naming no key; `fsdp` with more
+    devices than processes would deal tasks to engines no process builds. Every process reads the same launcher
+    variables, so all stop alike, before any collective.
+    """
+    layout = launcher_layout()
+    if layout is None:
+        return
+    launcher, per_node, world = layout
+    started = f"{launcher} started {per_node} process(es) per node, {world} in all"
+    require(per_node == config.devices, "fabric.devices", config.devices, f"{started}: set fabric.devices={per_node}")
+    nodes = f"set fabric.num_nodes={world // per_node}"
+    require(world == config.devices * config.num_nodes, "fabric.num_nodes", config.num_nodes, f"{started}: {nodes}")
 
 
 def _decoder_layer_classes(module: torch.nn.Module, recurse: bool, nonwrapped_numel: int) -> bool:

@@ -40,6 +40,33 @@ WEIGHT_SYNCS = ("auto", "memory", "disk")
 Item = TypeVar("Item")
 
 
+def uses_cuda(accelerator: str, cuda_available: bool | None = None) -> bool:
+    """Whether training runs on CUDA GPUs: `cuda` or `gpu`, or `auto` where torch sees one (Lightning's own pick).
+
+    The engines follow training onto the GPU; reading only the two explicit names left `auto` on a GPU machine
+    with a vLLM engine that had no memory budget or sleep and an hf engine that decoded on the CPU. torch is
+    asked (`cuda_available` None) only for `auto`, so that `--help` and `--dry-run` of the explicit names stay
+    without it.
+    """
+    if accelerator in ("cuda", "gpu"):
+        return True
+    if accelerator != "auto":
+        return False
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    return cuda_available
+
+
+def engine_device(accelerator: str, local_rank: int, cuda_available: bool | None = None) -> str:
+    """The device an engine in this process decodes on: its rank's own GPU (`cuda:<local rank>`) when training is on
+    CUDA, as Lightning places each rank; `mps` on Apple GPUs; the CPU otherwise."""
+    if uses_cuda(accelerator, cuda_available):
+        return f"cuda:{local_rank}"
+    return "mps" if accelerator == "mps" else "cpu"
+
+
 def node_cpus() -> int:
     """CPU cores this node gives the job: SLURM's count when set, else the cores this process may run on."""
     if os.environ.get("SLURM_CPUS_ON_NODE", "").isdigit():
@@ -81,7 +108,7 @@ class EnginePlacement:
         """Whether trained weights reach the `engine` engines in memory (`weight_sync`, `auto` resolved here)."""
         if self.weight_sync != "auto":
             return self.weight_sync == "memory"
-        return engine == "vllm" and fabric.accelerator in ("cuda", "gpu") and self.placement == "rank"
+        return engine == "vllm" and self.placement == "rank" and uses_cuda(fabric.accelerator)
 
     def engines(self, fabric: FabricConfig) -> int:
         """How many engines the run has."""
@@ -107,9 +134,15 @@ class EnginePlacement:
         cores = node_cpus() if cpus is None else cpus
         return max(1, int(self.episodes_per_core * cores / per_node))
 
-    def engine_options(self, engine: str, fabric: FabricConfig) -> dict[str, Any]:
-        """Options of a vLLM engine on CUDA (its memory budget, sleep mode, tensor parallelism); none otherwise."""
-        if engine != "vllm" or fabric.accelerator not in ("cuda", "gpu"):
+    def engine_options(self, engine: str, fabric: FabricConfig, local_rank: int = 0) -> dict[str, Any]:
+        """Placement options of the `engine` built by the process of local rank `local_rank`.
+
+        hf: its device (`engine_device`; the engine's own default is the CPU, whatever training runs on). vLLM on
+        CUDA: its memory budget, sleep mode and tensor parallelism; none elsewhere (vLLM's CPU defaults).
+        """
+        if engine == "hf":
+            return {"device": engine_device(fabric.accelerator, local_rank)}
+        if engine != "vllm" or not uses_cuda(fabric.accelerator):
             return {}
         tensor_parallel = fabric.devices if self.placement == "node" else 1
         return {

@@ -166,3 +166,30 @@ def test_stage2_on_two_processes_matches_one(tmp_path, tiny_model_dir, make_traj
     replayed_one, replayed_two = ([s.score for s in run if s.score is not None] for run in (one, two))
     assert len(replayed_one) == 8
     assert replayed_two == pytest.approx(replayed_one, rel=1e-5)
+
+
+class _PlacedModel:
+    """Stands in for a loaded ORM or actor: stops the stage where the model is moved, naming the device."""
+
+    def to(self, device):
+        raise ValueError(f"scores on {device}")
+
+
+def test_one_process_scores_on_the_gpu_of_a_gpu_machine(tmp_path, monkeypatch, capsys, make_trajectory):
+    """With devices=1 no Fabric is built; the ORM and the actor must not stay on the CPU they load on."""
+    import torch
+
+    import webrl.modules.lm
+    import webrl.modules.orm
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(webrl.modules.orm, "OutcomeRewardModule", lambda *args, **kwargs: _PlacedModel())
+    monkeypatch.setattr(webrl.modules.lm, "load_model_and_tokenizer", lambda path: (_PlacedModel(), None))
+    rollouts = tmp_path / "rollouts.jsonl"
+    write_trajectories(rollouts, [make_trajectory("c0", num_steps=2, outcome=None)])
+    out = tmp_path / "phase1.jsonl"
+    assert main(["stage=[1]", f"rollouts={rollouts}", "orm=orm_dir", f"output={out}"]) == 2
+    assert "error: scores on cuda" in capsys.readouterr().err
+    write_trajectories(out, [make_trajectory("c0", num_steps=2, outcome=1.0)])
+    assert main(["stage=[2]", f"output={out}", "actor=actor_dir"]) == 2
+    assert "error: scores on cuda" in capsys.readouterr().err

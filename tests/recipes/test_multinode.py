@@ -25,9 +25,10 @@ import psutil
 import pytest
 
 from recipes import webrl
+from webrl.config import ConfigError
 from webrl.data.replay import ReplayBuffer
 from webrl.data.trajectory import read_trajectories
-from webrl.distributed import launch_rank
+from webrl.distributed import build_fabric, check_launcher, launch_local_rank, launch_rank
 from webrl.fabric_config import FabricConfig
 from webrl.run_layout import RunLayout
 
@@ -44,6 +45,10 @@ LAUNCHER_VARIABLES = (
     "SLURM_PROCID",
     "NODE_RANK",
     "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "SLURM_NNODES",
+    "SLURM_LOCALID",
 )
 
 
@@ -67,6 +72,59 @@ def test_the_rank_before_launch_comes_from_the_launcher_that_started_the_process
     no_launcher.setenv("TORCHELASTIC_RUN_ID", "run")
     no_launcher.setenv("RANK", "1")
     assert launch_rank(config) == 1  # torchrun, inside a SLURM job too
+
+
+def test_the_local_rank_comes_from_the_launcher_too(no_launcher):
+    assert launch_local_rank() == 0
+    no_launcher.setenv("LOCAL_RANK", "1")
+    assert launch_local_rank() == 1  # Fabric's own launcher
+    no_launcher.setenv("SLURM_NTASKS", "4")
+    no_launcher.setenv("SLURM_NTASKS_PER_NODE", "2")
+    no_launcher.setenv("SLURM_LOCALID", "0")
+    assert launch_local_rank() == 0  # srun, which sets no LOCAL_RANK of its own
+    no_launcher.setenv("TORCHELASTIC_RUN_ID", "run")
+    no_launcher.setenv("LOCAL_RANK", "1")
+    assert launch_local_rank() == 1  # torchrun
+
+
+def _torchrun(monkeypatch, per_node: int, world: int) -> None:
+    """The variables torchrun gives the last process it started."""
+    for name, value in {"TORCHELASTIC_RUN_ID": "run", "RANK": world - 1, "LOCAL_RANK": per_node - 1}.items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(per_node))
+
+
+def test_a_torchrun_layout_other_than_the_configs_is_an_error_naming_the_key(no_launcher):
+    _torchrun(no_launcher, per_node=2, world=4)
+    check_launcher(FabricConfig(devices=2, num_nodes=2))
+    with pytest.raises(ConfigError, match=r"fabric\.devices=1: torchrun started 2 process\(es\) per node, 4 in all"):
+        check_launcher(FabricConfig(devices=1, num_nodes=4))
+    with pytest.raises(ConfigError, match=r"fabric\.num_nodes=1: .*set fabric\.num_nodes=2"):
+        check_launcher(FabricConfig(devices=2, num_nodes=1))
+
+
+def test_an_srun_layout_other_than_the_configs_is_an_error_naming_the_key(no_launcher):
+    for name, value in {"SLURM_NTASKS": 4, "SLURM_NTASKS_PER_NODE": 2, "SLURM_NNODES": 2, "SLURM_PROCID": 3}.items():
+        no_launcher.setenv(name, str(value))
+    no_launcher.setenv("SLURM_JOB_NAME", "webrl")
+    check_launcher(FabricConfig(devices=2, num_nodes=2))
+    with pytest.raises(ConfigError, match=r"fabric\.devices=4: srun started 2 process\(es\) per node"):
+        check_launcher(FabricConfig(devices=4, num_nodes=1))
+    no_launcher.setenv("SLURM_JOB_NAME", "interactive")  # Lightning leaves such a job to Fabric's own launcher
+    check_launcher(FabricConfig(devices=4, num_nodes=1))
+
+
+def test_the_default_strategy_under_a_torchrun_of_two_processes_stops_before_it_runs_as_two_rank_zeros(
+    no_launcher, tmp_path
+):
+    """Lightning checks the layout for ddp only: `auto` with devices=1 ran each process as a world of one."""
+    _torchrun(no_launcher, per_node=2, world=2)
+    config = webrl.recipe_config([f"output_dir={tmp_path / 'run'}"])
+    with pytest.raises(SystemExit, match=r"config error: fabric\.devices=1: torchrun started 2 process"):
+        webrl.launch_fabric(config)
+    with pytest.raises(ConfigError, match=r"fabric\.devices"):
+        build_fabric(FabricConfig(strategy="model_parallel", devices=1))
 
 
 def test_only_rank_zero_writes_the_run_config(no_launcher, tmp_path):

@@ -49,7 +49,8 @@ def load_rollouts(path: str | Path) -> list[Trajectory]:
     return read_trajectories(path)
 
 
-def stage1(config: ProcessConfig) -> list[Trajectory]:
+def stage1(config: ProcessConfig, fabric: Any = None) -> list[Trajectory]:
+    """Label the rollouts; with `reward_source=orm` the ORM scores them on `scoring_device(fabric)`."""
     trajectories = load_rollouts(config.rollouts)
     if config.reward_source == "evaluator":
         label_with_evaluator(trajectories)
@@ -58,6 +59,7 @@ def stage1(config: ProcessConfig) -> list[Trajectory]:
 
         answers = tuple(config.orm_answers) if config.orm_answers else None
         orm = OutcomeRewardModule(config.orm, answer_words=answers, threshold=_default_orm_threshold())
+        orm = orm.to(scoring_device(fabric))
         orm.label(trajectories, batch_size=config.batch_size)
     write_trajectories(config.output, trajectories)
     successes = sum(1 for t in trajectories if t.succeeded)
@@ -89,8 +91,7 @@ def stage2(config: ProcessConfig, fabric: Any = None) -> None:
     from webrl.modules.lm import actor_scorer, load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(config.actor)
-    if fabric is not None:
-        model = model.to(fabric.device)
+    model = model.to(scoring_device(fabric))
     chat = tokenizer if uses_chat_template(tokenizer) else None
     current_samples = current_phase_samples(current, gamma=config.gamma, chat_template_tokenizer=chat)
     kept = filter_by_perplexity(
@@ -111,6 +112,20 @@ def stage2(config: ProcessConfig, fabric: Any = None) -> None:
     target = output.with_name(output.stem + "_filter.jsonl")
     write_samples(target, samples)
     print(f"stage 2: {len(kept)} replayed + {len(current_samples)} current steps -> {target}")
+
+
+def scoring_device(fabric: Any = None, cuda_available: bool | None = None) -> Any:
+    """Where the ORM and the actor score: this process's Fabric device, else a GPU when the machine has one.
+
+    With `devices=1` no Fabric is built, and the models stayed on the CPU they load on, even on a GPU machine.
+    """
+    if fabric is not None:
+        return fabric.device
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    return "cuda" if cuda_available else "cpu"
 
 
 def _fabric(devices: int) -> Any:
@@ -144,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fabric = _fabric(config.devices)
     error = None
     if 1 in config.stage and (fabric is None or fabric.global_rank == 0):
-        error = _report(stage1, config)
+        error = _report(stage1, config, fabric)
     if fabric is not None:
         # Every rank learns whether rank 0's stage 1 failed, so none waits forever for the others.
         error = fabric.broadcast(error)
