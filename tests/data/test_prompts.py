@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+
+from webrl.data.collate import StepTokenizer
 from webrl.data.prompts import (
     ORM_SYSTEM_PROMPT,
     actor_prompt_for_step,
@@ -9,6 +12,7 @@ from webrl.data.prompts import (
     build_orm_prompt,
     trajectory_prompts,
 )
+from webrl.data.steps import trajectory_to_samples
 from webrl.data.trajectory import Step, Task, Trajectory, read_trajectories, write_trajectories
 
 U = "<|eot_id|><|start_header_id|>user<|end_header_id|>"
@@ -62,6 +66,30 @@ def test_chat_form_budget(chat_tokenizer):
     prompt = build_actor_prompt("i", ["r"], "q" * 10_000, max_chars=300, chat_template_tokenizer=chat_tokenizer)
     assert len(prompt) == 300
     assert prompt.endswith("<|im_end|>\n<|im_start|>assistant\n")
+
+
+def _trimming_tokenizer(chat_tokenizer):
+    """A copy of the ChatML tokenizer whose template trims each message, as Llama-3's (`content | trim`) does."""
+    tokenizer = copy.deepcopy(chat_tokenizer)
+    tokenizer.chat_template = tokenizer.chat_template.replace("message['content']", "(message['content'] | trim)")
+    return tokenizer
+
+
+def test_a_trimming_chat_template_keeps_the_budget(chat_tokenizer):
+    tokenizer = _trimming_tokenizer(chat_tokenizer)
+    for build in (build_actor_prompt, build_orm_prompt):
+        prompt = build("i", ["r"], "<p>" + "q" * 10_000, max_chars=1000, chat_template_tokenizer=tokenizer)
+        assert len(prompt) == 1000
+
+
+def test_a_trimming_chat_template_prompt_with_a_cut_page_is_fitted_not_refused(chat_tokenizer, make_trajectory):
+    """Training re-builds an over-long prompt with less page; it must recognise the step's own prompt first."""
+    tokenizer = _trimming_tokenizer(chat_tokenizer)
+    trajectory = make_trajectory("t", num_steps=2, html_size=3000, max_chars=1000, tokenizer=tokenizer)
+    sample = trajectory_to_samples(trajectory, chat_template_tokenizer=tokenizer, max_chars=1000)[0]
+    prompt_ids, action_ids = StepTokenizer(tokenizer, 300).actor_ids(sample)
+    assert len(prompt_ids) + len(action_ids) <= 300
+    assert tokenizer.decode(prompt_ids).startswith(sample.prompt[:200])
 
 
 def test_tokenizer_without_chat_template_gives_completion_form(chat_tokenizer):

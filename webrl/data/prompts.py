@@ -45,6 +45,8 @@ from webrl.data.trajectory import Step, Task, Trajectory
 
 DEFAULT_MAX_CHARS = 16384 - 512
 HTML_PLACEHOLDER = "** Simplified html **"
+_PAGE_PROBE = "x"
+"""A page of one non-blank character, to measure the text around a page (`_with_page`)."""
 EOT = "<|eot_id|>"
 USER_HEADER = "<|start_header_id|>user<|end_header_id|>"
 ASSISTANT_HEADER = "<|start_header_id|>assistant<|end_header_id|>"
@@ -196,10 +198,17 @@ def orm_user_text(
 
 
 def _with_page(render: Callable[[str], str], html: str, max_chars: int) -> str:
-    """`render(html)` with the end of `html` cut so that the whole prompt fits in `max_chars` characters."""
+    """`render(html)` with the end of `html` cut so that the whole prompt fits in `max_chars` characters.
+
+    The text around the page is measured with a page of one visible character, not with an empty one: a chat
+    template that trims each message (Llama-3's `content | trim`) also drops the blank line before an empty
+    page, which would leave that much too little for the text and too much for the page. The prompt would then
+    overrun `max_chars`, and a re-build at the prompt's own length (`webrl.data.collate.StepTokenizer`) would
+    show more page than the prompt holds and not be recognised as the step's prompt.
+    """
     if max_chars <= 0:
         raise ValueError(f"max_chars must be positive, got {max_chars}")
-    budget = max_chars - len(render(""))
+    budget = max_chars - (len(render(_PAGE_PROBE)) - len(_PAGE_PROBE))
     return render(html[: max(budget, 0)])
 
 
