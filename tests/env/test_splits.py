@@ -115,3 +115,16 @@ def test_every_embedded_template_and_its_new_tasks_pass_the_template_check(split
         grown = reinstantiate_for("train", seed, random.Random(0), 1, URL_MAP)
         for task in grown:
             reinstantiate_for("train", task, random.Random(0), 1, URL_MAP)
+
+
+def test_new_values_never_ask_what_a_test_question_of_another_template_asks():
+    """Test-only template 104 asks "the status of my order #N"; training template 208 asks "the status of order #N"
+    with the same answer. None of 208's new values may be one of 104's test orders."""
+    tests = [task for task in load_suite("test") if task.intent_template_id == 104]
+    held_out_orders = {str(value) for task in tests for value in task.instantiation_dict.values()}
+    assert len(held_out_orders) == len(tests) > 0
+    seed = next(task for task in load_suite("train") if task.intent_template_id == 208)
+    drawn = reinstantiate(seed, random.Random(0), 10_000)
+    assert len(drawn) > 50
+    offered = {str(value) for task in drawn for value in task.instantiation_dict.values()}
+    assert not offered & held_out_orders

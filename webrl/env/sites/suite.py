@@ -102,6 +102,24 @@ def _test_keys() -> frozenset[tuple[int, str]]:
     return frozenset((t.intent_template_id, _key(t.instantiation_dict)) for t in load_suite("test"))
 
 
+def _fact(values: dict[str, Any], answers: Any) -> tuple[tuple[str, ...], str]:
+    """What a question asks of the site, whatever its wording: its values and its reference answers."""
+    return tuple(sorted(str(value) for value in values.values())), json.dumps(answers, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _test_facts() -> frozenset[tuple[tuple[str, ...], str]]:
+    """The facts the test split's questions ask. Another template may ask one in other words ("the status of order
+    #1087" in training, "the status of my order #1087" held out, the same answer): giving it to training would
+    teach a held-out answer."""
+    tests = load_suite("test")
+    return frozenset(
+        _fact(t.instantiation_dict, t.eval["reference_answers"])
+        for t in tests
+        if (t.eval or {}).get("reference_answers")
+    )
+
+
 def _url_map_of(task: Task) -> dict[str, str] | None:
     """The url_map a loaded task was resolved with (None when it still has placeholders)."""
     if task.start_url.startswith("__"):
@@ -114,8 +132,9 @@ def reinstantiate(task: Task, rng: random.Random, n: int, url_map: dict[str, str
     """Up to `n` new tasks of `task`'s template with other values from the site data.
 
     Each carries the evaluator computed for its own values, and a new id
-    (`re-<template>-<candidate>`). Values of `task` itself and of any test-split task are never
-    returned, so curriculum tasks cannot leak the test set. URLs use the same deployment as
+    (`re-<template>-<candidate>`). Values of `task` itself and of any test-split task of the template are
+    never returned, nor values whose answer a test task of another template asks (`_test_facts`), so curriculum
+    tasks cannot leak the test set. URLs use the same deployment as
     `task` (or `url_map` when given); a task that still has placeholders gets placeholders.
     Fewer than `n` come back when the template has fewer other values.
     """
@@ -126,7 +145,9 @@ def reinstantiate(task: Task, rng: random.Random, n: int, url_map: dict[str, str
     pool = [
         (index, values, block)
         for index, (values, block) in enumerate(template.instances(base_view()))
-        if _key(values) != own and (template.template_id, _key(values)) not in _test_keys()
+        if _key(values) != own
+        and (template.template_id, _key(values)) not in _test_keys()
+        and _fact(values, block["reference_answers"]) not in _test_facts()
     ]
     picked = rng.sample(pool, min(n, len(pool)))
     new = [template.task(f"re-{template.template_id}-{index}", values, block) for index, values, block in picked]
