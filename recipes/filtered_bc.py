@@ -21,13 +21,13 @@ from recipes.evaluate import evaluate_checkpoint
 from recipes.filtered_bc_config import FilteredBCRunConfig
 from recipes.webrl import keep_config, launch_fabric, recipe_config
 from webrl.baselines import phase_rollouts, successful, top_scored
+from webrl.cache_builds import is_built
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import is_success
 from webrl.report import format_comparison
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState
 from webrl.starting_models import ensure_sft, train_sft
-from webrl.training import is_built
 from webrl.web_environment import WebEnvironment
 
 

@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from recipes.webrl import engine_options, keep_config, launch_fabric, recipe_config
+from webrl.cache_builds import DONE_MARKER
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
 from webrl.data.trajectory import orm_accepts, write_trajectories
@@ -32,7 +33,6 @@ from webrl.modules.orm import orm_scorer
 from webrl.orm_data import format_counts
 from webrl.orm_threshold import ensure_orm_threshold
 from webrl.starting_models import ensure_orm, ensure_sft
-from webrl.training import DONE_MARKER
 from webrl.web_environment import WebEnvironment
 
 

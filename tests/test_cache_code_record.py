@@ -7,18 +7,18 @@ import logging
 
 import pytest
 
-import webrl.training as training
+import webrl.cache_builds as cache_builds
 from tests.sample_records import build_trajectory
+from webrl.cache_builds import DONE_MARKER, build_once
 from webrl.data.trajectory import write_trajectories
 from webrl.starting_models import collect_demonstrations, demonstrations_done
-from webrl.training import DONE_MARKER, build_once
 
 THIS = {"webrl": "0.1.0", "commit": "b" * 40, "dirty": False}
 
 
 @pytest.fixture(autouse=True)
 def this_code(monkeypatch):
-    monkeypatch.setattr(training, "code_version", lambda: dict(THIS))
+    monkeypatch.setattr(cache_builds, "code_version", lambda: dict(THIS))
 
 
 def _entry(tmp_path, code):
@@ -52,7 +52,7 @@ def test_an_entry_of_this_code_or_of_unknown_code_is_reused_silently(tmp_path, c
 
 
 def test_wheels_of_other_versions_are_compared_by_version(tmp_path, caplog, monkeypatch):
-    monkeypatch.setattr(training, "code_version", lambda: {"webrl": "0.2.0", "commit": None, "dirty": None})
+    monkeypatch.setattr(cache_builds, "code_version", lambda: {"webrl": "0.2.0", "commit": None, "dirty": None})
     text = _reuse(_entry(tmp_path, {"webrl": "0.1.0", "commit": None, "dirty": None}), caplog)
     assert "built by webrl 0.1.0, not by this code (0.2.0)" in text
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from webrl import code_version as versions
-from webrl.training import DONE_MARKER, publish_model_dir
+from webrl.cache_builds import DONE_MARKER, publish_model_dir
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,9 @@ from lightning.fabric import Fabric
 
 from tests.sample_records import one_token_tokenizer
 from tests.single_process import SingleProcess
+from webrl.cache_builds import is_built
 from webrl.stage_settings import StageSettings
-from webrl.training import is_built, save_model_dir, train_micro_batch
+from webrl.training import save_model_dir, train_micro_batch
 
 
 def _tiny_model():

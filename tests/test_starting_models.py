@@ -21,8 +21,9 @@ import pytest
 from lightning.fabric import Fabric
 from sample_records import build_trajectory
 
+import webrl.cache_builds as cache_builds
 import webrl.starting_models as starting_models
-import webrl.training as training
+from webrl.cache_builds import DONE_MARKER, is_built
 from webrl.code_version import code_version
 from webrl.config import load_config
 from webrl.data.atomic_io import write_text_atomic
@@ -45,7 +46,6 @@ from webrl.starting_models import (
     sft_dir,
     suite_fingerprint,
 )
-from webrl.training import DONE_MARKER, is_built
 
 EXTERNAL = "/suites/webarena"
 EPISODE_NEUTRAL = (
@@ -467,14 +467,14 @@ class Ranks:
 
 def test_the_ranks_of_a_run_wait_for_another_run_s_lock_by_polling_rank_0(tmp_path, monkeypatch):
     """None blocks in `flock` (a rank in a collective meanwhile would time out): rank 0 tries, all learn its answer."""
-    monkeypatch.setattr(training, "LOCK_POLL_S", 0.05)
+    monkeypatch.setattr(cache_builds, "LOCK_POLL_S", 0.05)
     target = tmp_path / "sft-x"
     other_run = target.with_name(target.name + ".lock").open("a")
     fcntl.flock(other_run.fileno(), fcntl.LOCK_EX)
     rank0, entered = Ranks(is_global_zero=True), threading.Event()
 
     def build() -> None:
-        with training.build_lock(target, rank0):
+        with cache_builds.build_lock(target, rank0):
             entered.set()
 
     thread = threading.Thread(target=build)
@@ -485,7 +485,7 @@ def test_the_ranks_of_a_run_wait_for_another_run_s_lock_by_polling_rank_0(tmp_pa
     thread.join(timeout=10)
     assert entered.is_set()
     rank1 = Ranks(is_global_zero=False, answers=[False, False, True])
-    with training.build_lock(tmp_path / "sft-y", rank1):
+    with cache_builds.build_lock(tmp_path / "sft-y", rank1):
         assert rank1.polls == 3 and not (tmp_path / "sft-y.lock").exists(), "rank 1 takes no lock of its own"
 
 

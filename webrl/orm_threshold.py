@@ -21,12 +21,12 @@ from typing import Any
 
 from lightning.fabric import Fabric
 
+from webrl.cache_builds import build_once
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
 from webrl.data.trajectory import Task, is_success, write_trajectories
 from webrl.loop_config import WebRLConfig
 from webrl.orm_data import ORMDataBuilder, actor_rollout_tasks
-from webrl.training import build_once
 from webrl.web_environment import WebEnvironment
 
 CHOICE_FILE = "threshold.json"
@@ -139,7 +139,7 @@ def ensure_orm_threshold(
     """The calibrated threshold (built once, then read from the cache); None when `reward.calibration_tasks` is 0.
 
     Every rank takes its share of the rollouts; rank 0 scores them and writes the choice, which every
-    rank then reads. The calibration runs once (`webrl.training.build_once`): a run that needs the same choice
+    rank then reads. The calibration runs once (`webrl.cache_builds.build_once`): a run that needs the same choice
     while another makes it waits and reads it, instead of appending to the other's episodes.
     """
     if not config.reward.calibration_tasks:

@@ -7,7 +7,7 @@ a balanced set of evaluator-labelled trajectories of several policies (`webrl.or
 actor's rollouts, the demonstrations, the reference solver with noise, and demonstrations made
 wrong). Each product is cached under `model.cache_dir` by a key of everything it depends on,
 so the second run reuses it and a changed setting rebuilds it. Each is built under a lock of its
-own (`webrl.training.build_lock`): of two runs that need the same product at once, one builds it
+own (`webrl.cache_builds.build_lock`): of two runs that need the same product at once, one builds it
 and the other waits and reuses it.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 
 from lightning.fabric import Fabric
 
+from webrl.cache_builds import build_lock, build_once, publish_model_dir, staging_dir
 from webrl.code_version import code_version
 from webrl.data.atomic_io import write_text_atomic
 from webrl.data.datamodule import ReplayDataModule, setup_loader
@@ -34,15 +35,7 @@ from webrl.modules.sft import SFTModule
 from webrl.orm_data import ORMDataBuilder, format_counts
 from webrl.stage_checkpoint import StageCheckpoint
 from webrl.stage_settings import StageSettings
-from webrl.training import (
-    build_lock,
-    build_once,
-    publish_model_dir,
-    save_model_dir,
-    setup_for_training,
-    staging_dir,
-    train_module,
-)
+from webrl.training import save_model_dir, setup_for_training, train_module
 from webrl.web_environment import WebEnvironment
 
 log = logging.getLogger(__name__)

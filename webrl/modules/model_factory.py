@@ -149,12 +149,12 @@ def convert_smollm2(cache_dir: str | os.PathLike | None = None) -> Path:
 
     The first call takes ~20 s (transformers dequantises the Q4_1 tensors to float32); later
     calls find `config.json` and `model.safetensors` and return at once. It is a cache entry like the others
-    (`webrl.training.build_once`): of two processes converting at once, one converts and the other waits and
+    (`webrl.cache_builds.build_once`): of two processes converting at once, one converts and the other waits and
     reuses its directory (converting again would replace the directory the first had returned, under a reader),
     and the directory is written in a `staging_dir` (readable by the cache's other users) and renamed, so an
     interrupted conversion never looks done and the next one removes what it left.
     """
-    from webrl.training import build_once
+    from webrl.cache_builds import build_once
 
     out = absolute_path(user_cache_dir() / SMOLLM2_DIR_NAME if cache_dir is None else cache_dir)
     build_once(out, lambda: _convert_smollm2_into(out), done=_smollm2_converted)
@@ -168,7 +168,7 @@ def _smollm2_converted(out: Path) -> bool:
 
 def _convert_smollm2_into(out: Path) -> None:
     """Convert the GGUF file into a staging directory beside `out`, then rename it to `out` with its done marker."""
-    from webrl.training import publish_model_dir, staging_dir
+    from webrl.cache_builds import publish_model_dir, staging_dir
 
     gguf = smollm2_gguf_path()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
