@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from webrl.config import load_config
-from webrl.config_checks import ConfigError
+from webrl.config_checks import ConfigError, flatten
 from webrl.evaluation.identity import evaluation_settings
 from webrl.evaluation.learning_table import LearningTable
 from webrl.evaluation.run_results import RunResult, loop_result, recipe_result, record_launch
 from webrl.loop_config import WebRLConfig
-from webrl.run_config import check_run_config, flatten, keep_run_config
+from webrl.run_config import check_run_config, keep_run_config
 
 
 @dataclass(frozen=True)

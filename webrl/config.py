@@ -21,7 +21,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf, StringNode
 from omegaconf.errors import OmegaConfBaseException
 
-from webrl.config_checks import ConfigError, finite_numbers
+from webrl.config_checks import ConfigError, finite_numbers, flatten
 
 T = TypeVar("T")
 
@@ -285,17 +285,7 @@ def _flat_unresolved(node: DictConfig) -> dict[str, Any]:
     Interpolations stay unresolved: a file's `output_dir: runs/seed_${seed}` names a key that another file, the
     defaults or the command line give, and an `${oc.env:...}` a variable read once, when the whole config is.
     """
-    return _flat(OmegaConf.to_container(node, resolve=False))
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+    return flatten(OmegaConf.to_container(node, resolve=False))
 
 
 def _apply_environment(merged: DictConfig, environment: Mapping[str, str]) -> dict[str, str]:

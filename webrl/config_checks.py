@@ -96,3 +96,14 @@ def read_run_file(path: Path, expected: type[dict] | type[list]) -> Any:
         wanted = "a JSON object" if expected is dict else "a JSON array"
         raise ConfigError(f"{path}: must hold {wanted}, got {type(value).__name__}; {fix}")
     return value
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"a": {"b": 1}}` -> `{"a.b": 1}`; lists stay values."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

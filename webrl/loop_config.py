@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from webrl.config_checks import at_least, invalid, one_of, positive, require, within
+from webrl.config_checks import at_least, flatten, invalid, one_of, positive, require, within
 from webrl.curriculum.config import CurriculumConfig
 from webrl.data.replay import ReplayFilterConfig
 from webrl.engine_placement import EnginePlacement
@@ -25,7 +25,7 @@ from webrl.env.splits import TRAIN_FIT, VALIDATION
 from webrl.fabric_config import FabricConfig
 from webrl.modules.settings import HEAD_INIT_STD, ActorLossConfig, AdvantageConfig, LoraSettings
 from webrl.paths import user_cache_dir
-from webrl.run_config import KEYWORD_PATH_KEYS, PATH_KEYS, ResumeConfig, absolute_unless_keyword, flatten
+from webrl.run_config import KEYWORD_PATH_KEYS, PATH_KEYS, ResumeConfig, absolute_unless_keyword
 from webrl.stage_settings import StageSettings
 from webrl.tracking import TrackingConfig
 

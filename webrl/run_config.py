@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webrl.config_checks import ConfigError, at_least, read_run_file, require
+from webrl.config_checks import ConfigError, at_least, flatten, read_run_file, require
 from webrl.data.atomic_io import write_json_atomic
 from webrl.paths import absolute_path
 from webrl.run_layout import RunLayout
@@ -92,17 +92,6 @@ class ResumeConfig:
             require(
                 exists, "resume.allow_changes", self.allow_changes, f"{entry!r} is not a key or section of the config"
             )
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"a": {"b": 1}}` -> `{"a.b": 1}`; lists stay values."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def _under(key: str, entry: str) -> bool:

@@ -32,8 +32,8 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
+from webrl.config_checks import flatten
 from webrl.data.atomic_io import fault_point, moved_aside, publish_dir, write_json_atomic
-from webrl.run_config import flatten
 from webrl.stage_settings import StageSettings
 
 STATE_NAME = "state.ckpt"
