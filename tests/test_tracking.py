@@ -31,12 +31,7 @@ os._exit(86)  # a kill -9: no finalize, no flush
 @pytest.mark.timeout(120)
 def test_rows_logged_before_a_crash_are_in_the_metrics_csv(tmp_path):
     # A resumed stage goes on from its checkpoint and never logs these batches again, so a row lost here is lost.
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-c", CRASH_AFTER_LOGGING, str(tmp_path)], env=env, cwd=ROOT)
-    assert result.returncode == 86
-    [path] = tmp_path.glob("metrics/version_*/metrics.csv")
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = _rows_after_dying_in(CRASH_AFTER_LOGGING, tmp_path)
     assert [int(row["step"]) for row in rows] == list(range(100_000, 100_050))
     assert float(rows[3]["critic/loss"]) == 0.25
 
@@ -66,12 +61,7 @@ csv_logger.log_metrics({"actor/loss": 0.5}, step=150_000)  # a new column: the f
 
 @pytest.mark.timeout(120)
 def test_a_crash_while_a_new_column_rewrites_the_metrics_csv_keeps_its_rows(tmp_path):
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-c", DIE_IN_THE_HEADER_REWRITE, str(tmp_path)], env=env, cwd=ROOT)
-    assert result.returncode == 86
-    [path] = tmp_path.glob("metrics/version_*/metrics.csv")
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = _rows_after_dying_in(DIE_IN_THE_HEADER_REWRITE, tmp_path)
     assert [(row["step"], row["critic/loss"]) for row in rows][:2] == [("100000", "1.0"), ("100001", "0.5")]
     assert len(rows) == 5
 
@@ -99,3 +89,13 @@ def test_phase_rows_keep_small_metrics_to_six_significant_digits(tmp_path):
         "replay/buffer_steps": "2345678.0",
         "orm/agreement": "0.864583",
     }
+
+
+def _rows_after_dying_in(script: str, tmp_path) -> list[dict[str, str]]:
+    """Run `script` in a process of its own, which must die with status 86; the rows its metrics CSV kept."""
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, cwd=ROOT)
+    assert result.returncode == 86
+    [path] = tmp_path.glob("metrics/version_*/metrics.csv")
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
