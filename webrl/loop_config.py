@@ -39,7 +39,7 @@ HOME_PATH_KEYS = (
 )
 """Keys that may hold a path beside other values (a model's name, a URL, `embedded`): a leading `~` is expanded as
 the config is read (`WebRLConfig.resolve`), which changes no other value, rather than checked or used as a folder
-named `~`. They stay relative where given so: the cache keys of the models built from `model.base` hold it as given."""
+named `~`. `model.base` and `env.suite` are then also made absolute where they name a path (`KEYWORD_PATH_KEYS`)."""
 REWARD_SOURCES = ("orm", "evaluator")
 ENGINES = ("hf", "vllm", "openai")
 BUILT_MODELS = ("tiny", "smollm2")
