@@ -27,20 +27,13 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from webrl.data.collate import ActorCollator, CriticCollator, CriticStateCollator
-from webrl.data.critic_states import critic_states
-from webrl.data.length_batches import LengthGroupedBatches
-from webrl.data.prompts import actor_prompt_for_step, uses_chat_template
-from webrl.data.steps import trajectory_to_samples
+from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.trajectory import Step, Task, Trajectory
-from webrl.modules.actor import ActorModule
-from webrl.modules.advantages import precompute_advantages
-from webrl.modules.critic import CriticModule
-from webrl.modules.lm import load_model_and_tokenizer
-from webrl.modules.settings import AdvantageConfig
+
+if TYPE_CHECKING:
+    import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "critic_step.json"
@@ -82,6 +75,8 @@ def model_dir(name: str, work: Path) -> Path:
 
 def time_steps(module: torch.nn.Module, batches: list[dict], steps: int, bf16: bool) -> float:
     """Median seconds of a loss, backward and AdamW step over `batches` (cycled), after one warm-up step."""
+    import torch
+
     optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=1e-6)
     times = []
     for index in range(steps + 1):
@@ -108,24 +103,30 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast, as fabric.precision=bf16-mixed")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    result = measure(args)
+    for key, value in result.items():
+        print(f"{key:32s} {value:.3f}" if isinstance(value, float) else f"{key:32s} {value}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Time each mode on the built trajectories; the figures. torch and the modules load here, not for --help."""
+    import torch
+
+    from webrl.data.collate import ActorCollator
+    from webrl.modules.actor import ActorModule
+    from webrl.modules.advantages import precompute_advantages
+    from webrl.modules.critic import CriticModule
+    from webrl.modules.lm import load_model_and_tokenizer
+    from webrl.modules.settings import AdvantageConfig
+
     torch.manual_seed(0)
-    size = args.batch_size
     with tempfile.TemporaryDirectory() as work:
         path = model_dir(args.model, Path(work))
         _, tokenizer = load_model_and_tokenizer(path)
-        chat = tokenizer if uses_chat_template(tokenizer) else None
-        episodes = trajectories(args.trajectories, 4, chat)
-        samples = [s for t in episodes for s in trajectory_to_samples(t, chat_template_tokenizer=chat)]
-        states = critic_states(samples)
-        order = list(range(len(samples)))
-        random.Random(0).shuffle(order)
-        pair_batches = [
-            CriticCollator(tokenizer, args.max_length)([samples[i] for i in order[k : k + size]])
-            for k in range(0, len(order), size)
-        ]
-        grouped = list(LengthGroupedBatches([len(s.text) for s in states], size, seed=0))
-        collate_states = CriticStateCollator(tokenizer, args.max_length)
-        state_batches = [collate_states([states[i] for i in batch]) for batch in grouped]
+        samples, states, order, pair_batches, state_batches = critic_inputs(args, tokenizer)
         critic = CriticModule(path, max_length=args.max_length)
         old_critic = time_steps(critic, pair_batches, args.steps, args.bf16)
         new_critic = time_steps(critic, state_batches, args.steps, args.bf16)
@@ -134,6 +135,7 @@ def main() -> None:
         model, actor_tokenizer = load_model_and_tokenizer(path)
         actor = ActorModule(model, actor_tokenizer, critic=critic)
         collate_actor = ActorCollator(actor_tokenizer, args.max_length)
+        size = args.batch_size
         chunks = [[samples[i] for i in order[k : k + size]] for k in range(0, len(order), size)]
         on_the_fly = time_steps(actor, [collate_actor(chunk) for chunk in chunks], args.steps, args.bf16)
         started = time.perf_counter()
@@ -143,7 +145,8 @@ def main() -> None:
         precomputed = time_steps(actor, [collate_actor(chunk) for chunk in chunks], args.steps, args.bf16)
 
     pair_steps, state_steps = len(pair_batches), len(state_batches)
-    result = {
+    return {
+        "settings": {key: value for key, value in vars(args).items() if key != "out"},
         "model": args.model,
         "batch_size": size,
         "bf16": args.bf16,
@@ -161,11 +164,31 @@ def main() -> None:
         "advantage_scoring_s": scoring,
         "actor_steps_per_epoch": len(chunks),
     }
-    for key, value in result.items():
-        print(f"{key:32s} {value:.3f}" if isinstance(value, float) else f"{key:32s} {value}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+
+
+def critic_inputs(args: argparse.Namespace, tokenizer) -> tuple:
+    """The epoch's samples, its distinct states, the samples' shuffled order, and the critic's batches both ways."""
+    from webrl.data.collate import CriticCollator, CriticStateCollator
+    from webrl.data.critic_states import critic_states
+    from webrl.data.length_batches import LengthGroupedBatches
+    from webrl.data.prompts import uses_chat_template
+    from webrl.data.steps import trajectory_to_samples
+
+    size = args.batch_size
+    chat = tokenizer if uses_chat_template(tokenizer) else None
+    episodes = trajectories(args.trajectories, 4, chat)
+    samples = [s for t in episodes for s in trajectory_to_samples(t, chat_template_tokenizer=chat)]
+    states = critic_states(samples)
+    order = list(range(len(samples)))
+    random.Random(0).shuffle(order)
+    pair_batches = [
+        CriticCollator(tokenizer, args.max_length)([samples[i] for i in order[k : k + size]])
+        for k in range(0, len(order), size)
+    ]
+    grouped = list(LengthGroupedBatches([len(s.text) for s in states], size, seed=0))
+    collate_states = CriticStateCollator(tokenizer, args.max_length)
+    state_batches = [collate_states([states[i] for i in batch]) for batch in grouped]
+    return samples, states, order, pair_batches, state_batches
 
 
 if __name__ == "__main__":

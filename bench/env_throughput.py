@@ -8,7 +8,10 @@ its own virtualenv under .cache/ (created on first use with `pip install browser
 driving the same system Chromium; if that cannot be set up the comparison is skipped with the
 reason printed. Each level runs in a subprocess whose CPU time (with its Chromium and driver) is
 measured too, because on a machine shared with other jobs CPU seconds per step is the figure that
-contention does not distort. Results go to bench/results/env_throughput.json.
+contention does not distort. On both sides the clock starts once the workers are up (webrl's browser
+launched, BrowserGym's worker processes started and imported) and the CPU spent until then is reported
+as `startup_cpu_s` and left out of the CPU per step; BrowserGym still launches a browser per reset,
+inside the clock, as it is designed to. Results go to bench/results/env_throughput.json.
 
     python bench/env_throughput.py
     python bench/env_throughput.py --concurrency 1 4 16 --browsergym-concurrency 1 4 16
@@ -92,10 +95,12 @@ async def run_webrl(
                     steps += len(trajectory.steps)
                     latencies.extend(s.timings["act"] + s.timings["observe"] for s in episode.trajectory.steps)
 
+            startup_cpu = tree_cpu_total(os.getpid())
             start = time.perf_counter()
             await asyncio.gather(*(one(task) for task in task_list))
             wall = time.perf_counter() - start
-    return {**summary(concurrency, len(task_list), steps, successes, wall, latencies), "failures": failures}
+    row = summary(concurrency, len(task_list), steps, successes, wall, latencies)
+    return {**row, "startup_cpu_s": round(startup_cpu, 3), "failures": failures}
 
 
 def summary(concurrency: int, episodes: int, steps: int, successes: int, wall: float, latencies: list[float]) -> dict:
@@ -195,7 +200,14 @@ def tree_cpu_total(pid: int) -> float:
 
 
 def with_cpu(row: dict, cpu: float) -> dict:
-    per_step = round(1000 * cpu / row["steps"], 1) if row["steps"] else None
+    """`row` with the worker tree's CPU seconds, and CPU per step over the timed window.
+
+    The wall clock of either side starts once its workers are up, so the CPU they spent getting there
+    (interpreters, imports, webrl's one browser launch: the row's `startup_cpu_s`) is left out of the
+    per-step figure as well; BrowserGym's 16 workers start 16 interpreters for 16 episodes.
+    """
+    steps = cpu - row.get("startup_cpu_s", 0.0)
+    per_step = round(1000 * steps / row["steps"], 1) if row["steps"] else None
     return {**row, "cpu_s": round(cpu, 2), "cpu_ms_per_step": per_step}
 
 
@@ -206,7 +218,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--episodes", type=int, default=0, help="episodes per level (default: max(12, 4 x level))")
     parser.add_argument("--browsergym-concurrency", nargs="+", type=int, default=[1, 4, 16])
     parser.add_argument(
-        "--browsergym-episodes", type=int, default=6, help="BrowserGym episodes per level (at least one per worker)"
+        "--browsergym-episodes",
+        type=int,
+        default=6,
+        help="BrowserGym episodes per level (rounded up to a multiple of the level: as many per worker)",
     )
     parser.add_argument("--skip-browsergym", action="store_true")
     parser.add_argument(
@@ -225,37 +240,13 @@ def main(argv: list[str] | None = None) -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_start": os.getloadavg()},
         "tasks": args.tasks,
         "reuse_contexts": args.reuse_contexts,
+        "settings": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
+        "chromium": chromium,
         "webrl": [],
         "browsergym": {"levels": []},
     }
-    for level in args.concurrency:
-        episodes = args.episodes or max(12, 4 * level)
-        command = [
-            sys.executable,
-            __file__,
-            "--worker",
-            str(level),
-            "--episodes",
-            str(episodes),
-            "--tasks",
-            *args.tasks,
-            *(["--reuse-contexts"] if args.reuse_contexts else []),
-        ]
-        row, cpu, error = measured(command)
-        if row is None:
-            raise SystemExit(f"webrl worker at concurrency {level} failed: {error}")
-        results["webrl"].append(with_cpu(row, cpu))
-        print(f"webrl       c={level:<3} {fmt(results['webrl'][-1])}", flush=True)
-    python, how = (None, "--skip-browsergym") if args.skip_browsergym else ensure_browsergym_venv()
-    for level in args.browsergym_concurrency if python else []:
-        command = [str(python), str(CHILD), "--miniwob-dir", str(miniwob_html_dir()), "--chromium", chromium]
-        command += ["--tasks", *args.tasks, "--concurrency", str(level), "--episodes", str(args.browsergym_episodes)]
-        row, cpu, error = measured(command)
-        if row is None:
-            how = f"BrowserGym child failed at concurrency {level}: {error}"
-            break
-        results["browsergym"]["levels"].append(with_cpu(row, cpu))
-        print(f"browsergym  c={level:<3} {fmt(results['browsergym']['levels'][-1])}", flush=True)
+    results["webrl"] = webrl_levels(args)
+    results["browsergym"]["levels"], how = browsergym_levels(args, chromium)
     results["browsergym"]["venv"] = how
     if not results["browsergym"]["levels"]:
         print(f"browsergym  skipped: {how}")
@@ -268,6 +259,36 @@ def main(argv: list[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(f"wrote {args.out}")
+
+
+def webrl_levels(args: argparse.Namespace) -> list[dict]:
+    """Each webrl level in a worker process of its own, with the CPU of its process tree."""
+    rows = []
+    for level in args.concurrency:
+        episodes = args.episodes or max(12, 4 * level)
+        command = [sys.executable, __file__, "--worker", str(level), "--episodes", str(episodes)]
+        command += ["--tasks", *args.tasks, *(["--reuse-contexts"] if args.reuse_contexts else [])]
+        row, cpu, error = measured(command)
+        if row is None:
+            raise SystemExit(f"webrl worker at concurrency {level} failed: {error}")
+        rows.append(with_cpu(row, cpu))
+        print(f"webrl       c={level:<3} {fmt(rows[-1])}", flush=True)
+    return rows
+
+
+def browsergym_levels(args: argparse.Namespace, chromium: str) -> tuple[list[dict], str]:
+    """Each BrowserGym level in its virtualenv's child process; the rows and how the virtualenv came to be (or not)."""
+    python, how = (None, "--skip-browsergym") if args.skip_browsergym else ensure_browsergym_venv()
+    rows: list[dict] = []
+    for level in args.browsergym_concurrency if python else []:
+        command = [str(python), str(CHILD), "--miniwob-dir", str(miniwob_html_dir()), "--chromium", chromium]
+        command += ["--tasks", *args.tasks, "--concurrency", str(level), "--episodes", str(args.browsergym_episodes)]
+        row, cpu, error = measured(command)
+        if row is None:
+            return rows, f"BrowserGym child failed at concurrency {level}: {error}"
+        rows.append(with_cpu(row, cpu))
+        print(f"browsergym  c={level:<3} {fmt(rows[-1])}", flush=True)
+    return rows, how
 
 
 def fmt(row: dict) -> str:

@@ -6,6 +6,11 @@ processes. Its env is used as shipped (task defaults: slow_mo 100 ms, 0.5 s pre-
 delay, a browser launched per reset); the only change is that every Playwright launch, including
 the one its chat window makes, is pointed at the given Chromium because no browser can be
 downloaded here.
+
+The clock runs as webrl's does: from the moment every worker has started and imported BrowserGym
+(a barrier) to the end of the last episode, so process start-up is not counted as steps' time; the
+CPU seconds the workers spent starting up are reported apart (`startup_cpu_s`) for the parent to
+leave out of its CPU per step.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import functools
 import json
 import multiprocessing
+import multiprocessing.synchronize
 import re
 import statistics
 import threading
@@ -74,15 +80,44 @@ def _act(task: str, goal: str, obs, step: int) -> str:
     raise ValueError(f"no BrowserGym script for {task!r}")
 
 
+_START: multiprocessing.synchronize.Barrier | None = None
+"""Set in each pool worker: the barrier all of them pass once started, so that the clock starts together."""
+
+
+def _join(barrier: multiprocessing.synchronize.Barrier) -> None:
+    """Pool initializer: a barrier cannot travel in a task's arguments, only to a starting worker."""
+    global _START
+    _START = barrier
+
+
 def _worker(args: tuple) -> dict:
+    """Run this worker's episodes; its timings are monotonic (system-wide) so that the parent can compare them."""
     chromium, miniwob_url, jobs = args
     import os
 
     os.environ["MINIWOB_URL"] = miniwob_url
-    _use_chromium(chromium)
-    import browsergym.miniwob  # noqa: F401  (registers the envs)
-    import gymnasium as gym
+    try:
+        _use_chromium(chromium)
+        import browsergym.miniwob  # noqa: F401  (registers the envs)
+        import gymnasium as gym
+    except BaseException:
+        _START.abort()  # the others would wait for this worker at the barrier for ever
+        raise
+    startup_cpu = time.process_time()
+    _START.wait()
+    started = time.monotonic()
+    row = _episodes(gym, jobs)
+    done = time.monotonic()
+    # Stop the shared Playwright driver so it and its browsers are reaped: the parent measures the
+    # CPU time of its descendants, which only counts processes that were waited for.
+    from browsergym.core import _get_global_playwright
 
+    _get_global_playwright().stop()
+    return {**row, "episodes": len(jobs), "started": started, "done": done, "startup_cpu_s": startup_cpu}
+
+
+def _episodes(gym, jobs: list[tuple[str, int]]) -> dict:
+    """Each (task, seed) as one episode of the scripted policy; a failed episode is counted, not raised."""
     latencies, steps, successes, errors = [], 0, 0, []
     for task, seed in jobs:
         env = gym.make(f"browsergym/miniwob.{task}")
@@ -102,12 +137,7 @@ def _worker(args: tuple) -> dict:
         finally:
             with contextlib.suppress(Exception):
                 env.close()
-    # Stop the shared Playwright driver so it and its browsers are reaped: the parent measures the
-    # CPU time of its descendants, which only counts processes that were waited for.
-    from browsergym.core import _get_global_playwright
-
-    _get_global_playwright().stop()
-    return {"latencies": latencies, "steps": steps, "successes": successes, "episodes": len(jobs), "errors": errors}
+    return {"latencies": latencies, "steps": steps, "successes": successes, "errors": errors}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -116,24 +146,40 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def run_level(level: int, tasks: list[str], episodes: int, chromium: str, miniwob_url: str) -> dict:
-    jobs = [(tasks[i % len(tasks)], i // len(tasks)) for i in range(max(episodes, level))]
+    """Run `episodes`, rounded up to a multiple of `level`, over `level` workers; the level's figures.
+
+    Each worker runs an equal share: with 6 episodes over 4 workers, two would run alone at the end
+    while the clock still ran, and the level would measure less than its concurrency.
+    """
+    count = level * -(-max(episodes, 1) // level)
+    jobs = [(tasks[i % len(tasks)], i // len(tasks)) for i in range(count)]
     chunks = [jobs[w::level] for w in range(level)]
-    start = time.perf_counter()
-    pool = multiprocessing.get_context("spawn").Pool(level)
+    context = multiprocessing.get_context("spawn")
+    launched = time.monotonic()
+    # One chunk per worker, each held at the barrier until all have started: none can take a second chunk.
+    pool = context.Pool(level, initializer=_join, initargs=(context.Barrier(level),))
     parts = pool.map(_worker, [(chromium, miniwob_url, chunk) for chunk in chunks])
     pool.close()
     pool.join()  # workers exit on their own (not terminated), so their CPU time is accounted
-    wall = time.perf_counter() - start
+    return level_row(level, parts, time.monotonic() - launched)
+
+
+def level_row(level: int, parts: list[dict], wall_with_startup: float) -> dict:
+    """The level's figures from its workers' results; the wall runs from the barrier to the last episode's end."""
+    wall = max(p["done"] for p in parts) - min(p["started"] for p in parts)
     latencies = [x for p in parts for x in p["latencies"]]
     steps = sum(p["steps"] for p in parts)
+    episodes = sum(p["episodes"] for p in parts)
     return {
         "concurrency": level,
-        "episodes": sum(p["episodes"] for p in parts),
+        "episodes": episodes,
         "steps": steps,
         "successes": sum(p["successes"] for p in parts),
         "wall_s": round(wall, 3),
-        "steps_per_s": round(steps / wall, 3),
-        "episodes_per_s": round(len(jobs) / wall, 3),
+        "wall_with_startup_s": round(wall_with_startup, 3),
+        "startup_cpu_s": round(sum(p["startup_cpu_s"] for p in parts), 3),
+        "steps_per_s": round(steps / wall, 3) if wall > 0 else None,
+        "episodes_per_s": round(episodes / wall, 3) if wall > 0 else None,
         "step_latency_p50_ms": round(1000 * _percentile(latencies, 0.5), 1),
         "step_latency_p95_ms": round(1000 * _percentile(latencies, 0.95), 1),
         "step_latency_mean_ms": round(1000 * statistics.fmean(latencies), 1) if latencies else None,
@@ -147,7 +193,7 @@ def main() -> None:
     parser.add_argument("--chromium", required=True)
     parser.add_argument("--tasks", nargs="+", required=True)
     parser.add_argument("--concurrency", type=int, required=True, help="worker processes")
-    parser.add_argument("--episodes", type=int, default=6, help="episodes per level (at least one per worker)")
+    parser.add_argument("--episodes", type=int, default=6, help="episodes per level (rounded up to equal shares)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     # Served over http from this process, as webrl serves it, so both sides pay for their server.

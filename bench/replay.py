@@ -20,13 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.replay import ReplayBuffer, ReplayFilterConfig, filter_by_perplexity
 from webrl.data.trajectory import Step, Task, Trajectory
-from webrl.modules.lm import actor_scorer, load_model_and_tokenizer
-from webrl.modules.model_factory import build_tiny_model
 
 RESULTS = Path(__file__).parent / "results" / "replay.json"
 
@@ -67,10 +63,29 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--hidden-size", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    figures = measure(args)
+    print(
+        f"replay filter: {figures['steps_scored']} steps scored in {figures['score_seconds']:.2f} s = "
+        f"{figures['steps_per_s']} steps/s ({figures['tokens_per_s']} tokens/s, {figures['mean_tokens_per_step']} "
+        f"tokens/step; {figures['score_cpu_seconds']:.2f} CPU s = {figures['steps_per_cpu_s']} steps per "
+        f"CPU-second); buffer write+read {figures['buffer_write_read_seconds'] * 1000:.0f} ms"
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(figures, indent=2))
+    print(f"wrote {RESULTS}")
 
+
+def measure(args: argparse.Namespace) -> dict:
+    """Build the model, fill the buffer, time the filter; the figures. torch is imported here, not for --help."""
+    import torch
+
+    from webrl.modules.lm import actor_scorer, load_model_and_tokenizer
+    from webrl.modules.model_factory import build_tiny_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     trajectories = synthetic_trajectories(args.steps, args.steps_per_trajectory, args.html_chars)
     with tempfile.TemporaryDirectory() as tmp:
         corpus = [s.prompt + s.response for t in trajectories[:20] for s in t.steps]
@@ -93,7 +108,7 @@ def main() -> None:
 
     scored = len(kept)
     tokens = sum(len(tokenizer(s.prompt)["input_ids"]) + len(tokenizer(s.action)["input_ids"]) for s in kept)
-    figures = {
+    return {
         "bench": "replay_filter",
         "steps_scored": scored,
         "steps_per_s": round(scored / score_s, 2),
@@ -110,15 +125,6 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(),
     }
-    print(
-        f"replay filter: {scored} steps scored in {score_s:.2f} s = {figures['steps_per_s']} steps/s "
-        f"({figures['tokens_per_s']} tokens/s, {figures['mean_tokens_per_step']} tokens/step; "
-        f"{cpu_s:.2f} CPU s = {figures['steps_per_cpu_s']} steps per CPU-second); "
-        f"buffer write+read {io_s * 1000:.0f} ms"
-    )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(figures, indent=2))
-    print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":

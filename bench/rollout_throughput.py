@@ -40,7 +40,6 @@ from webrl.env.sites.suite import load_suite
 from webrl.inference.engine import InferenceEngine, SamplingParams
 from webrl.inference.rollout import collect_rollouts
 from webrl.inference.scripted import ScriptedEngine
-from webrl.modules.lm import build_tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
 KEPT = (
@@ -65,20 +64,27 @@ KEPT = (
 
 
 def tree_cpu() -> tuple[float, float]:
-    """CPU seconds (user + system) of this process and of its live descendants."""
+    """CPU seconds (user + system) of this process, and of its descendants, the live and the ended ones.
+
+    An ended process counts through the reaped time of its parent: the renderer of each closed
+    context ends and is reaped by Chromium's zygote, so live processes' own time alone leaves most
+    of the browser's cost out (bench/env_profile.py).
+    """
     me = psutil.Process()
-    own = sum(me.cpu_times()[:2])
-    children = 0.0
+    times = me.cpu_times()
+    children = times.children_user + times.children_system
     for child in me.children(recursive=True):
         try:
-            children += sum(child.cpu_times()[:2])
+            children += sum(child.cpu_times()[:4])
         except psutil.NoSuchProcess:
             continue
-    return own, children
+    return times.user + times.system, children
 
 
 def build_model(directory: Path, tasks: list[Any]) -> Path:
     """The tiny Llama of the embedded default (factory sizes), its BPE trained on these tasks' text."""
+    from webrl.modules.model_factory import build_tiny_model  # torch and transformers: not for --help
+
     corpus = [actor_prompt_for_step(t, [], t.intent) for t in tasks[:200]]
     corpus += ['# Element: Search\ndo(action="Search", argument="red mug", element="3")', 'exit(message="12")']
     return build_tiny_model(directory, corpus)

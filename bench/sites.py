@@ -59,9 +59,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def http_load(base_url: str, clients: int, requests: int, time_cap_s: float) -> dict:
-    """`clients` threads share a budget of `requests` GETs (or stop at the time cap); one connection each."""
+    """`clients` threads share a budget of `requests` GETs (or stop at the time cap); one connection each.
+
+    A request answered other than 200, or that fails, is counted in `errors` and left out of the rate
+    and the latencies; its client goes on (on a new connection after a failure), so that one bad answer
+    neither stops a client nor disappears from the figures.
+    """
     parts = urlsplit(base_url)
     latencies: list[float] = []
+    errors: list[str] = []
     budget = iter(range(requests))
     lock = threading.Lock()
     deadline = time.perf_counter() + time_cap_s
@@ -69,22 +75,30 @@ def http_load(base_url: str, clients: int, requests: int, time_cap_s: float) -> 
     def client(index: int) -> None:
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
         headers = {"Cookie": f"{EPISODE_COOKIE}=bench-{index}"}
-        mine = []
+        mine, failed = [], []
         while time.perf_counter() < deadline:
             with lock:
                 n = next(budget, None)
             if n is None:
                 break
+            path = PATHS[n % len(PATHS)]
             start = time.perf_counter()
-            conn.request("GET", PATHS[n % len(PATHS)], headers=headers)
-            response = conn.getresponse()
-            response.read()
+            try:
+                conn.request("GET", path, headers=headers)
+                response = conn.getresponse()
+                response.read()
+            except (OSError, http.client.HTTPException) as err:
+                failed.append(f"GET {path}: {type(err).__name__}: {err}")
+                conn.close()
+                continue
             if response.status != 200:
-                raise RuntimeError(f"GET {PATHS[n % len(PATHS)]} answered {response.status}")
+                failed.append(f"GET {path} answered {response.status}")
+                continue
             mine.append(time.perf_counter() - start)
         conn.close()
         with lock:
             latencies.extend(mine)
+            errors.extend(failed)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     start = time.perf_counter()
@@ -96,10 +110,12 @@ def http_load(base_url: str, clients: int, requests: int, time_cap_s: float) -> 
     return {
         "clients": clients,
         "requests": len(latencies),
+        "errors": len(errors),
+        "first_errors": errors[:3],
         "seconds": round(seconds, 3),
         "requests_per_s": round(len(latencies) / seconds, 1),
-        "p50_ms": round(1000 * percentile(latencies, 0.5), 2),
-        "p95_ms": round(1000 * percentile(latencies, 0.95), 2),
+        "p50_ms": round(1000 * percentile(latencies, 0.5), 2) if latencies else None,
+        "p95_ms": round(1000 * percentile(latencies, 0.95), 2) if latencies else None,
     }
 
 
@@ -164,13 +180,13 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=0, help="solver episodes (0 = the whole split)")
     parser.add_argument("--concurrency", type=int, default=8, help="concurrent solver episodes")
     args = parser.parse_args()
-    report: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()}}
+    report: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "settings": vars(args)}
     with EmbeddedSites() as sites:
         report["server"] = [http_load(sites.base_url, c, args.requests, args.time_cap) for c in args.clients]
         for level in report["server"]:
             print(
                 f"server  clients={level['clients']:>3}  {level['requests_per_s']:>8.1f} req/s  "
-                f"p50 {level['p50_ms']} ms  p95 {level['p95_ms']} ms"
+                f"p50 {level['p50_ms']} ms  p95 {level['p95_ms']} ms  errors {level['errors']}"
             )
         report["reset"] = asyncio.run(reset_times(sites, args.resets))
         print(

@@ -213,8 +213,13 @@ def worker(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(result))
 
 
+def settings_for(name: str, args: argparse.Namespace) -> dict:
+    """The model's defaults with what the command line set, a 0 included (`--warmup 0` times the first step)."""
+    return {key: value if getattr(args, key) is None else getattr(args, key) for key, value in DEFAULTS[name].items()}
+
+
 def measure(name: str, path: Path, args: argparse.Namespace) -> dict:
-    settings = {key: getattr(args, key) or value for key, value in DEFAULTS[name].items()}
+    settings = settings_for(name, args)
     runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
     for _ in range(args.repeats):
         for mode in MODES:
