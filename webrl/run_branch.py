@@ -23,7 +23,6 @@ directory and renamed into place when complete, so an interrupted branch leaves 
 from __future__ import annotations
 
 import csv
-import io
 import shutil
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -38,7 +37,7 @@ from webrl.data.trajectory import read_trajectories
 from webrl.run_config import change_records, effective_config, in_force
 from webrl.run_layout import RunLayout
 from webrl.run_state import PHASE_STEPS, STAGES, RunState
-from webrl.tracking import write_phase_row
+from webrl.tracking import csv_text, write_phase_row
 
 
 class RunBranch:
@@ -199,11 +198,7 @@ class RunBranch:
                 rows = [row for row in reader if row.get("step", "").isdigit() and int(row["step"]) < limit]
                 header = list(reader.fieldnames or [])
             if rows:
-                text = io.StringIO(newline="")
-                writer = csv.DictWriter(text, fieldnames=header)
-                writer.writeheader()
-                writer.writerows(rows)
-                write_text_atomic(out.root / path.relative_to(self.source.root), text.getvalue())
+                write_text_atomic(out.root / path.relative_to(self.source.root), csv_text(header, rows))
 
     def _step_limit(self) -> int:
         """The first logged step the branch does not keep.

@@ -131,7 +131,7 @@ def crash_safe_csv_logger(run_dir: Path, name: str) -> Any:
         def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
             with open(self.metrics_file_path, newline="", encoding="utf-8") as handle:
                 rows = list(csv.DictReader(handle))
-            write_text_atomic(self.metrics_file_path, _csv_text(fieldnames, rows))
+            write_text_atomic(self.metrics_file_path, csv_text(fieldnames, rows))
 
     class CrashSafeCSVLogger(CSVLogger):
         @property
@@ -145,7 +145,7 @@ def crash_safe_csv_logger(run_dir: Path, name: str) -> Any:
     return CrashSafeCSVLogger(root_dir=str(run_dir), name=name, flush_logs_every_n_steps=1)
 
 
-def _csv_text(header: list[str], rows: list[dict[str, Any]]) -> str:
+def csv_text(header: list[str], rows: list[dict[str, Any]]) -> str:
     """The whole CSV as one string, so that its writers can put it in place atomically (`write_text_atomic`)."""
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, fieldnames=header)
@@ -170,7 +170,7 @@ def write_phase_row(path: Path, record: dict[str, Any]) -> None:
     header: list[str] = []
     for each in rows:
         header.extend(key for key in each if key not in header)
-    write_text_atomic(path, _csv_text(header, rows))
+    write_text_atomic(path, csv_text(header, rows))
 
 
 def _scalar(value: Any) -> Any:
