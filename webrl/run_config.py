@@ -61,7 +61,7 @@ them, so a relative `model.base=models/llama` named from two folders would other
 def absolute_unless_keyword(key: str, value: Any) -> Any:
     """`value` made absolute when `key` holds paths (`PATH_KEYS`, or `KEYWORD_PATH_KEYS` other than their keywords);
     anything else, an empty value included, as it is."""
-    is_path = key in PATH_KEYS or value not in KEYWORD_PATH_KEYS.get(key, (value,))
+    is_path = key in PATH_KEYS or (key in KEYWORD_PATH_KEYS and value not in KEYWORD_PATH_KEYS[key])
     return str(absolute_path(value)) if is_path and isinstance(value, str) and value else value
 
 
