@@ -133,7 +133,7 @@ def run(config: WebRLConfig) -> list[dict]:
     torch, Lightning, the models, the engines and Playwright are imported here rather than at the
     top, so that `--help`, `--print-config` and `--dry-run` answer in a second or two without them.
     """
-    from webrl.distributed import launch_rank
+    from webrl.distributed import close_process_group, launch_rank
     from webrl.inference.engine import build_engine
     from webrl.loop import PhaseLoop
     from webrl.orm_threshold import ensure_orm_threshold
@@ -165,6 +165,7 @@ def run(config: WebRLConfig) -> list[dict]:
         print(format_phase_table(history))
     for logger in loggers:
         logger.finalize("success")
+    close_process_group(fabric)
     return history
 
 

@@ -21,6 +21,7 @@ def main(out_dir: Path) -> None:
     from lightning.fabric import Fabric
 
     from webrl import phase_record
+    from webrl.distributed import close_process_group
     from webrl.run_layout import RunLayout
     from webrl.run_state import RunState
 
@@ -42,6 +43,7 @@ def main(out_dir: Path) -> None:
         state = phase_record.finish_stage(fabric, state, layout, 0, stage, {f"time/{stage}_s": 0.0})
         seen.append([done for done in STAGES if state.is_done(0, done)])
     (out_dir / f"rank{fabric.global_rank}.json").write_text(json.dumps(seen))
+    close_process_group(fabric)
 
 
 if __name__ == "__main__":

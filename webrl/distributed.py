@@ -154,3 +154,16 @@ def broadcast_object(fabric: Fabric, value: Any) -> Any:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def close_process_group(fabric: Fabric | None) -> None:
+    """Let every rank reach the end, then tear the process group down, before the process exits.
+
+    A rank that leaves right after its last collective (a broadcast it sent) can exit while a peer still
+    receives; gloo's threads are then destroyed at interpreter exit with work in flight, and the process
+    aborts ("terminate called without an active exception", exit -6) after the run has succeeded.
+    """
+    if fabric is None or fabric.world_size == 1 or not dist.is_initialized():
+        return
+    fabric.barrier()
+    dist.destroy_process_group()

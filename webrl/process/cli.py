@@ -157,6 +157,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     fabric = _fabric(config.devices)
+    error = _run_stages(config, fabric)
+    if fabric is not None:
+        from webrl.distributed import close_process_group  # torch and Lightning only where ranks run
+
+        close_process_group(fabric)
+    if error is not None:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run_stages(config: ProcessConfig, fabric: Any) -> str | None:
+    """The configured stages on this rank; the one-line error of the first that failed, else None."""
     error = None
     if 1 in config.stage and (fabric is None or fabric.global_rank == 0):
         error = _report(stage1, config, fabric)
@@ -165,7 +178,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         error = fabric.broadcast(error)
     if error is None and 2 in config.stage:
         error = _report(stage2, config, fabric)
-    if error is not None:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return error
