@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 from openai_server import free_port, vllm_server
 from stub_http import StubHandler, serve
@@ -113,6 +114,40 @@ def test_an_unreachable_server_is_an_error_naming_it() -> None:
     with pytest.raises(EngineRequestError, match="model 'm'"):
         engine.generate(["hi"], SamplingParams(max_tokens=2))
     engine.close()
+
+
+class _NoModels(StubHandler):
+    """A server that serves no model: listing its models gives an empty list."""
+
+    def do_GET(self) -> None:
+        self.reply(200, "application/json", json.dumps({"object": "list", "data": []}).encode())
+
+
+def test_a_construction_that_fails_closes_its_client(monkeypatch) -> None:
+    # The caller gets no engine to close, so the engine must close the HTTP client it made before failing.
+    clients: list[openai.OpenAI] = []
+
+    class Recorded(openai.OpenAI):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            clients.append(self)
+
+    monkeypatch.setattr(openai, "OpenAI", Recorded)
+    unreachable = f"http://127.0.0.1:{free_port()}/v1"
+    with serve(_NoModels) as empty:
+        for url, what in ((unreachable, "cannot list models"), (empty, "the server lists no models")):
+            with pytest.raises(EngineRequestError, match=what):
+                OpenAIEngine(url, max_retries=0, timeout_s=5)
+    assert len(clients) == 2
+    assert [client.is_closed() for client in clients] == [True, True]
+
+
+def test_a_closed_engine_says_so() -> None:
+    engine = OpenAIEngine(f"http://127.0.0.1:{free_port()}/v1", model="m", max_retries=0, timeout_s=5)
+    engine.close()
+    engine.close()  # closing again is harmless
+    with pytest.raises(RuntimeError, match="is closed: build a new engine"):
+        engine.generate(["hi"], SamplingParams(max_tokens=2))
 
 
 def test_bad_options_are_rejected() -> None:

@@ -96,6 +96,48 @@ def test_a_prompt_longer_than_the_model_is_an_error_naming_it(engine) -> None:
         engine.generate(["short", "x " * 2000], GREEDY)
 
 
+def test_a_prompt_that_begins_with_bos_gets_no_second_one(engine, prompts) -> None:
+    # A Llama-3 chat template renders the BOS itself; vLLM's own encoding of a text would add another in front.
+    bos = engine.tokenizer.bos_token
+    with_bos = engine.generate([bos + prompt for prompt in prompts], GREEDY)
+    assert [c.token_ids for c in with_bos] == [c.token_ids for c in engine.generate(prompts, GREEDY)]
+
+
+def test_a_closed_engine_says_so(tiny_model_dir) -> None:
+    from transformers import AutoTokenizer
+
+    from webrl.inference.vllm import VLLMEngine
+
+    # The state of an engine as `close()` finds it, made without the seconds a real vLLM takes to start.
+    shut_down = []
+    core = SimpleNamespace(shutdown=lambda: shut_down.append(1))
+    closed = object.__new__(VLLMEngine)
+    closed.__dict__.update(
+        model_path=tiny_model_dir,
+        tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir),
+        max_model_len=1024,
+        num_threads=None,
+        workers_apart=False,
+        supports_sleep=False,
+        asleep=False,
+        llm=SimpleNamespace(llm_engine=SimpleNamespace(engine_core=core)),
+    )
+    closed.close()
+    closed.close()  # closing again is harmless
+    assert shut_down == [1]
+    calls = {
+        "generate": lambda: closed.generate(["hi"], GREEDY),
+        "reload": lambda: closed.reload(tiny_model_dir),
+        "push_weights": lambda: closed.push_weights([]),
+        "sleep": closed.sleep,
+        "wake_up": closed.wake_up,
+    }
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError, match="VLLMEngine is closed: build a new VLLMEngine"):
+            call()
+            pytest.fail(f"{name} ran on a closed engine")
+
+
 def test_sleep_and_wake_are_logged_no_ops_on_cpu(engine, prompts, caplog) -> None:
     before = engine.generate(prompts[:1], GREEDY)[0].token_ids
     with caplog.at_level(logging.INFO, logger="webrl.inference.vllm"):

@@ -1,8 +1,8 @@
 """Tokenisation and padding of step samples into actor and critic batches.
 
 Sequences follow the tokenisation convention of `webrl.modules.lm` (so that the replay filter,
-the reference model and the actor score the same tokens): prompt ids = `tokenizer(prompt)` (BOS
-included where the tokenizer adds it), action ids = `tokenizer(action, add_special_tokens=False)`
+the reference model and the actor score the same tokens): prompt ids = `prompt_token_ids(tokenizer, prompt)`
+(BOS included where the tokenizer adds it, once), action ids = `tokenizer(action, add_special_tokens=False)`
 plus the eos token (the action terminator); `action_mask` marks the action ids and eos.
 Tokenising prompt and action separately matches what an inference engine sees (prompt ids, then
 sampled ids) and avoids a BPE merge across the boundary.
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from webrl.data.critic_states import CriticState
-from webrl.data.prompts import shrink_page, uses_chat_template
+from webrl.data.prompts import prompt_token_ids, shrink_page, uses_chat_template
 from webrl.data.steps import StepSample
 
 
@@ -48,8 +48,8 @@ class StepTokenizer:
         self._chat = tokenizer if uses_chat_template(tokenizer) else None
 
     def encode(self, text: str) -> list[int]:
-        """Prompt ids, with the special tokens (BOS) the tokenizer adds at serving time."""
-        return self.tokenizer(text)["input_ids"]
+        """Prompt ids, with the special tokens (BOS) the tokenizer adds at serving time (`prompt_token_ids`)."""
+        return prompt_token_ids(self.tokenizer, text)
 
     def action_ids(self, action: str) -> list[int]:
         return self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]

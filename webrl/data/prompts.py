@@ -25,7 +25,9 @@ carries no BOS; the tokenizer adds it, in training as in serving. The model ends
 Chat form: when a tokenizer with a `chat_template` is given (e.g. SmolLM2-135M-Instruct), the
 same rounds become messages: user "Round i\\n\\n{U_i}" (the first prefixed by the task
 instruction), assistant "{response_i}", and the template renders them with
-`add_generation_prompt=True`. The answer then ends with the tokenizer's end-of-turn/eos token.
+`add_generation_prompt=True`. The answer then ends with the tokenizer's end-of-turn/eos token. A template
+may render the BOS itself (Llama-3's does); `prompt_token_ids`, which training and the engines encode
+prompts with, then adds no second one.
 
 Budget: the whole prompt is kept within `max_chars` characters by cutting the END of the page
 HTML only; the instruction and the history are never cut (if they alone exceed the budget the
@@ -71,6 +73,22 @@ ORM_USER_TEMPLATE = "The User Intent:\n{intent}\n\nAction History:\n{actions}\n\
 def uses_chat_template(tokenizer: Any) -> bool:
     """True when `tokenizer` can render the chat form (it has a non-empty `chat_template`)."""
     return tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
+
+
+def prompt_token_ids(tokenizer: Any, prompt: str) -> list[int]:
+    """The ids of `prompt` with the special tokens `tokenizer` adds (its BOS), but never a second BOS.
+
+    Training and every engine encode prompts through this, so that both see the same ids. A chat template may
+    render the BOS itself (Llama-3's starts with `{{ bos_token }}`); a tokenizer that also adds BOS on encode
+    would then put a second one in front, a sequence the model never saw in pretraining or from a server that
+    renders its chat itself. Only that added BOS is dropped: a tokenizer that adds none (SmolLM2's) or a prompt
+    without a leading BOS (the completion form) is encoded as `tokenizer(prompt)` encodes it.
+    """
+    ids = tokenizer(prompt)["input_ids"]
+    bos = tokenizer.bos_token_id
+    if bos is not None and ids[:2] == [bos, bos] and tokenizer("")["input_ids"][:1] == [bos]:
+        return ids[1:]
+    return ids
 
 
 def build_actor_prompt(

@@ -2,7 +2,8 @@
 
 It needs nothing beyond transformers, so the tiny embedded recipe and every CPU test can roll out
 without vLLM, and its greedy output is the reference that weight-sync tests compare vLLM against.
-It follows vLLM's conventions (see `webrl.inference.engine`): BOS added by the tokenizer, top-k
+It follows vLLM's conventions (see `webrl.inference.engine`): prompts encoded as training encodes them
+(`webrl.data.prompts.prompt_token_ids`: BOS added by the tokenizer, once), top-k
 off, text cut before the first stop string, EOS kept in `token_ids` but not in `text`, raw
 (pre-temperature) log-probabilities, and only the settings of `SamplingParams`: of the checkpoint's
 `generation_config.json` only the token ids (EOS, pad, BOS) count.
@@ -26,6 +27,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
+from webrl.data.prompts import prompt_token_ids
 from webrl.inference.engine import (
     Completion,
     SamplingParams,
@@ -102,7 +104,7 @@ class HFEngine:
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         model = self._require_model()
-        encoded = [self.tokenizer(p).input_ids for p in prompts]
+        encoded = [prompt_token_ids(self.tokenizer, p) for p in prompts]
         for index, ids in enumerate(encoded):
             if len(ids) >= self.max_model_len:
                 raise ValueError(

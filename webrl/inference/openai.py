@@ -76,8 +76,14 @@ class OpenAIEngine:
         self._secret = "" if key == "EMPTY" else key
         self.model = model  # what errors name while the server's models are listed
         self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout_s, max_retries=max_retries)
+        try:
+            self.model = model or self._first_model()
+        except BaseException:
+            # The caller gets no engine to close, so the client's connection pool would be left open.
+            self.client.close()
+            raise
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="openai-engine")
-        self.model = model or self._first_model()
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"OpenAIEngine(base_url={self.base_url!r}, model={self.model!r}, mode={self.mode!r})"
@@ -85,6 +91,8 @@ class OpenAIEngine:
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         """Answer `prompts` in order. With per-prompt `params.seeds`, each prompt goes in a request of its own:
         a request's one seed would give all its prompts the same random stream."""
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed: build a new engine")
         if params.seeds is not None:
             own = [replace(params, seed=seed, seeds=None) for seed in params.prompt_seeds(len(prompts))]
             if self.mode == "chat":
@@ -96,6 +104,7 @@ class OpenAIEngine:
         return [c for chunk in self._pool.map(lambda c: self._complete(c, params), chunks) for c in chunk]
 
     def close(self) -> None:
+        self._closed = True
         self._pool.shutdown(wait=True)
         self.client.close()
 

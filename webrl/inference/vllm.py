@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from webrl.data.prompts import prompt_token_ids
 from webrl.hardware import cpu_computes_bf16, cpu_engine_dtype
 from webrl.inference.engine import Completion, SamplingParams, torch_threads, with_tied_head
 
@@ -118,12 +119,21 @@ class VLLMEngine:
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
-        from vllm import SamplingParams as VLLMSamplingParams
+        """Complete `prompts`, sent to vLLM as the token ids training encodes them to (`prompt_token_ids`).
 
-        for index, prompt in enumerate(prompts):
-            length = len(self.tokenizer(prompt).input_ids)
-            if length >= self.max_model_len:
-                raise ValueError(f"prompt {index} has {length} tokens; the model takes fewer than {self.max_model_len}")
+        A text prompt would be encoded by vLLM itself, with the tokenizer's BOS added in front of the one a chat
+        template already rendered.
+        """
+        llm = self._open_llm()
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        encoded = [prompt_token_ids(self.tokenizer, prompt) for prompt in prompts]
+        for index, ids in enumerate(encoded):
+            if len(ids) >= self.max_model_len:
+                raise ValueError(
+                    f"prompt {index} has {len(ids)} tokens; the model takes fewer than {self.max_model_len}"
+                )
         sampling = [
             VLLMSamplingParams(
                 temperature=params.temperature,
@@ -136,7 +146,7 @@ class VLLMEngine:
             for seed in params.prompt_seeds(len(prompts))
         ]
         with torch_threads(self.num_threads):
-            outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+            outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], sampling, use_tqdm=False)
         return [_completion(output.outputs[0], params.logprobs) for output in outputs]
 
     def reload(self, model_path: str | Path) -> None:
@@ -145,6 +155,7 @@ class VLLMEngine:
         The directory's safetensors files are streamed through the same in-place path as
         `push_weights` (vLLM's own `reload_weights(weights_path=...)` leaves a tied LM head stale).
         """
+        self._open_llm()
         path = Path(model_path)
         files = sorted(path.glob("*.safetensors"))
         if not files:
@@ -166,32 +177,35 @@ class VLLMEngine:
         `lm_head.weight` restores the LM head's OLD values over the new embedding, so the tied key
         is added here when it is missing.
         """
+        llm = self._open_llm()
         weights: Iterable[tuple[str, torch.Tensor]] = with_tied_head(named_tensors, self._ties_embeddings())
         if self.workers_apart:
             weights = list(weights)
         with torch_threads(self.num_threads):
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-        self.llm.reset_prefix_cache()
+            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        llm.reset_prefix_cache()
         if model_path is not None:
             self.model_path = Path(model_path)
 
     def _ties_embeddings(self) -> bool:
-        config = self.llm.llm_engine.model_config.hf_config
+        config = self._open_llm().llm_engine.model_config.hf_config
         text_config = getattr(config, "get_text_config", lambda: config)()
         return bool(getattr(text_config, "tie_word_embeddings", False))
 
     def sleep(self, level: int = 1) -> None:
         """Free accelerator memory between rollout phases (level 1 keeps weights in host memory); once asleep, no-op."""
+        llm = self._open_llm()
         if self.asleep:
             return
         self.asleep = True
         if not self.supports_sleep:
             log.info("vLLM sleep mode is off or unsupported on this platform; sleep() does nothing")
             return
-        self.llm.sleep(level=level)
+        llm.sleep(level=level)
 
     def wake_up(self) -> None:
         """Take the GPU back: the memory the training stages cached is returned to the device first."""
+        llm = self._open_llm()
         if not self.asleep:
             return
         self.asleep = False
@@ -199,14 +213,22 @@ class VLLMEngine:
             log.info("vLLM sleep mode is off or unsupported on this platform; wake_up() does nothing")
             return
         torch.cuda.empty_cache()
-        self.llm.wake_up()
+        llm.wake_up()
 
     def close(self) -> None:
+        """Shut the vLLM engine down; closing again does nothing, any other call raises (`_open_llm`)."""
         engine = getattr(self.llm, "llm_engine", None)
         core = getattr(engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
         self.llm = None
+
+    def _open_llm(self) -> Any:
+        """The running `vllm.LLM`, or, once `close()` has dropped it, an error saying so (not an AttributeError on
+        None deep in a call): a closed engine cannot be reopened, only built anew."""
+        if self.llm is None:
+            raise RuntimeError("VLLMEngine is closed: build a new VLLMEngine")
+        return self.llm
 
 
 def _stream_safetensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:

@@ -4,8 +4,8 @@ Tokenisation convention for a (prompt, action) pair — the single definition ev
 uses, so that the actor's loss, the replay filter's confidence and the reference model all score
 exactly the same tokens:
 
-- prompt ids = `tokenizer(prompt)` (so BOS is included when the tokenizer adds it, as WebRL's
-  Llama-3 tokenizer does in both training and serving);
+- prompt ids = `prompt_token_ids(tokenizer, prompt)` (so BOS is included when the tokenizer adds it, as WebRL's
+  Llama-3 tokenizer does in both training and serving, and only once when a chat template rendered it);
 - action ids = `tokenizer(action, add_special_tokens=False) + [eos_token_id]` (the EOS is WebRL's
   action terminator `<|eot_id|>`, and the model must learn to emit it);
 - input = prompt ids + action ids; the action mask marks the action ids (EOS included);
@@ -28,6 +28,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from webrl.data.prompts import prompt_token_ids
 from webrl.data.replay import Scorer
 from webrl.modules.model_factory import build_tiny_model, convert_smollm2
 from webrl.modules.settings import LoraSettings
@@ -126,7 +127,7 @@ def _cut_prompt(prompt_ids: list[int], budget: int, bos_id: int | None) -> list[
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, max_length: int | None = None) -> list[int]:
     """Prompt ids under the module's convention, left-cut to `max_length`."""
-    ids = tokenizer(prompt)["input_ids"]
+    ids = prompt_token_ids(tokenizer, prompt)
     if max_length is not None:
         ids = _cut_prompt(ids, max_length, tokenizer.bos_token_id)
     return ids
@@ -139,7 +140,7 @@ def encode_prompt_action(
     if tokenizer.eos_token_id is None:
         raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token: actions need a terminator")
     action_ids = tokenizer(action, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    prompt_ids = tokenizer(prompt)["input_ids"]
+    prompt_ids = prompt_token_ids(tokenizer, prompt)
     if max_length is not None:
         if len(action_ids) + 1 > max_length:
             raise ValueError(

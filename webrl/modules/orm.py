@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,14 @@ from torchmetrics.functional.classification import binary_accuracy
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from webrl.data.labels import OrmScorer, label_with_orm
-from webrl.data.prompts import ORM_SYSTEM_PROMPT, ORM_USER_TEMPLATE, build_orm_prompt, shrink_page, uses_chat_template
+from webrl.data.prompts import (
+    ORM_SYSTEM_PROMPT,
+    ORM_USER_TEMPLATE,
+    build_orm_prompt,
+    prompt_token_ids,
+    shrink_page,
+    uses_chat_template,
+)
 from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, is_success, orm_accepts
 from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.critic import at_last_token
@@ -99,7 +107,7 @@ def fit_orm_prompt(
     make, or one too long without its page, is cut from the left (`encode_prompt`): nothing else of it is known
     to be safe to cut.
     """
-    ids = tokenizer(prompt)["input_ids"]
+    ids = prompt_token_ids(tokenizer, prompt)
     if max_length is None or len(ids) <= max_length:
         return ids
     forms = (tokenizer, None) if uses_chat_template(tokenizer) else (None,)  # the chat form first, where there is one
@@ -120,10 +128,11 @@ def fit_orm_prompt(
         )
 
     bare = build(1)  # below the size of everything else, the builder drops the whole page
-    bare_ids = tokenizer(bare)["input_ids"]
+    bare_ids = prompt_token_ids(tokenizer, bare)
     if len(bare_ids) > max_length:
         return encode_prompt(tokenizer, bare, max_length)
-    return shrink_page(build, lambda text: tokenizer(text)["input_ids"], prompt, ids, (bare, bare_ids), max_length)[1]
+    encode = partial(prompt_token_ids, tokenizer)
+    return shrink_page(build, encode, prompt, ids, (bare, bare_ids), max_length)[1]
 
 
 def _orm_parts(
