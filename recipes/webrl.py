@@ -149,7 +149,7 @@ def run(config: WebRLConfig) -> list[dict]:
     keep_config(run_dir, config)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)
-        has_engine = config.engines.engine_index(fabric.global_rank, config.fabric) is not None
+        has_engine = config.engines.engine_index(fabric) is not None
         options = engine_options(config, fabric.local_rank)
         engine = build_engine(config.rollout.engine, sft, **options) if has_engine else None
         orm = ensure_orm(config, fabric, env, engine, sft, demos) if config.reward.orm_labels else None

@@ -15,6 +15,8 @@ class SingleProcess:
     """One process's Fabric as the loop sees it; `log_dict` drops the metrics (subclass it to record them)."""
 
     global_rank: int = 0
+    node_rank: int = 0
+    local_rank: int = 0
     world_size: int = 1
     is_global_zero: bool = True
     loggers: list[object] = field(default_factory=list)

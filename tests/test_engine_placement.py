@@ -3,11 +3,14 @@ and how trained weights reach the engines."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from recipes import webrl
 from webrl.config import ConfigError, load_config
+from webrl.distributed import build_fabric
 from webrl.engine_placement import EnginePlacement, engine_device, node_cpus
 from webrl.fabric_config import FabricConfig
 from webrl.loop_config import WebRLConfig
@@ -15,22 +18,48 @@ from webrl.web_environment import WebEnvironment
 
 TWO_NODES = FabricConfig(accelerator="cuda", strategy="fsdp", devices=2, num_nodes=2)
 TASKS = list(range(11))
+BLOCK = [SimpleNamespace(global_rank=rank, node_rank=rank // 2, local_rank=rank % 2) for rank in range(4)]
+"""The processes of TWO_NODES as torchrun (or srun's default block distribution) numbers them."""
 
 
 def test_one_engine_per_rank_deals_task_i_to_rank_i_mod_the_world():
     placement = EnginePlacement(placement="rank")
-    shards = [placement.shard(TASKS, rank, TWO_NODES) for rank in range(4)]
+    shards = [placement.shard(TASKS, process, TWO_NODES) for process in BLOCK]
     assert shards == [[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7]]
-    assert [placement.engine_index(rank, TWO_NODES) for rank in range(4)] == [0, 1, 2, 3]
+    assert [placement.engine_index(process) for process in BLOCK] == [0, 1, 2, 3]
 
 
 def test_one_engine_per_node_gives_each_node_one_share_on_its_local_rank_zero():
     placement = EnginePlacement(placement="node")
     assert placement.engines(TWO_NODES) == 2
-    assert [placement.engine_index(rank, TWO_NODES) for rank in range(4)] == [0, None, 1, None]
-    shards = [placement.shard(TASKS, rank, TWO_NODES) for rank in range(4)]
+    assert [placement.engine_index(process) for process in BLOCK] == [0, None, 1, None]
+    shards = [placement.shard(TASKS, process, TWO_NODES) for process in BLOCK]
     assert shards == [[0, 2, 4, 6, 8, 10], [], [1, 3, 5, 7, 9], []]
     assert sorted(task for shard in shards for task in shard) == TASKS  # every task once
+
+
+SRUN_CYCLIC = [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+"""(SLURM_PROCID, SLURM_NODEID, SLURM_LOCALID) of 2 nodes x 2 tasks under `srun --distribution=cyclic`: global
+ranks go round-robin over the nodes, so node 1's local rank 0 is global rank 1, not 2."""
+
+
+def test_under_srun_cyclic_each_nodes_engine_is_on_its_local_rank_zero(monkeypatch):
+    for name in ("TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    slurm = {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "2", "SLURM_JOB_NAME": "webrl"}
+    for name, value in {**slurm, "SLURM_DISTRIBUTION": "cyclic"}.items():
+        monkeypatch.setenv(name, value)
+    config = FabricConfig(accelerator="cpu", strategy="ddp", devices=2, num_nodes=2)
+    placement, engines, shards = EnginePlacement(placement="node"), [], []
+    for rank, node, local in SRUN_CYCLIC:
+        monkeypatch.setenv("SLURM_PROCID", str(rank))
+        monkeypatch.setenv("SLURM_NODEID", str(node))
+        monkeypatch.setenv("SLURM_LOCALID", str(local))
+        process = build_fabric(config)  # placed by the launcher's variables, not yet launched
+        engines.append(placement.engine_index(process))
+        shards.append(placement.shard(TASKS, process, config))
+    assert engines == [0, 1, None, None]  # node 1's engine on rank 1, none on rank 2 (node 0's second process)
+    assert shards == [[0, 2, 4, 6, 8, 10], [1, 3, 5, 7, 9], [], []]
 
 
 def test_browser_pools_share_the_cores_of_a_node():

@@ -60,7 +60,7 @@ def test_the_critic_scores_the_first_step_prompt_a_rollout_records(tmp_path, env
 
     def critic_scorer(config: WebRLConfig, sft_dir: Path, path: Path):
         assert path == loop.layout.critic_path(1)
-        return lambda prompts: scored.extend(prompts) or [0.5] * len(prompts)
+        return lambda states: scored.extend(state.prompt for state in states) or [0.5] * len(states)
 
     monkeypatch.setattr(loop_module, "critic_scorer", critic_scorer)
     metrics = loop._curriculum(2)
@@ -85,8 +85,8 @@ def test_a_default_run_s_critic_still_reads_the_completion_form(tmp_path):
     prompt = start_page_prompt(WebEnvironment.actor_prompt_builder(_exit_at_once(tokenizer)))
     task = Task(task_id="t", intent="What is the price of the mug?", sites=["shopping"], start_url="http://shop.test/")
     html = "<button id='1'> Buy </button>"
-    assert prompt(task, html) == build_actor_prompt(task.intent, [], html)
-    assert start_page_prompt(WebEnvironment.actor_prompt_builder(None))(task, html) == build_actor_prompt(
+    assert prompt(task, html).prompt == build_actor_prompt(task.intent, [], html)
+    assert start_page_prompt(WebEnvironment.actor_prompt_builder(None))(task, html).prompt == build_actor_prompt(
         task.intent, [], html
     ), "a rank without an engine, as in the loop's unit tests"
 

@@ -9,7 +9,10 @@ Two placements (`engines.placement`):
 - `node`: local rank 0 of each node builds one engine for the node (vLLM tensor-parallel over the
   node's GPUs) and runs the node's share of the tasks with one browser pool; the other ranks of the node
   only train. For a model that does not fit one GPU, or CPU nodes where a copy of the weights and a
-  browser pool per process would oversubscribe memory and cores.
+  browser pool per process would oversubscribe memory and cores. A process's node and local rank are
+  the launcher's own (`SLURM_NODEID`/`SLURM_LOCALID` under srun, `GROUP_RANK`/`LOCAL_RANK` under
+  torchrun, as the launched Fabric reads them), not derived from its global rank: `srun
+  --distribution=cyclic` deals global ranks round-robin over the nodes, so rank 1 is node 1's local rank 0.
 
 Tasks are dealt to engines, not ranks: task i goes to engine i mod the number of engines, so a node
 placement gives each node one share and never leaves a rank holding tasks without an engine.
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from webrl.config_checks import at_least, one_of, require, within
 from webrl.fabric_config import FabricConfig
@@ -38,6 +41,22 @@ from webrl.fabric_config import FabricConfig
 PLACEMENTS = ("rank", "node")
 WEIGHT_SYNCS = ("auto", "memory", "disk")
 Item = TypeVar("Item")
+
+
+class Process(Protocol):
+    """Where a training process runs, as its launcher placed it: a launched `lightning.fabric.Fabric` is one.
+
+    The node comes from the launcher, not from `global_rank // devices`, which holds only for block layouts.
+    """
+
+    @property
+    def global_rank(self) -> int: ...
+
+    @property
+    def node_rank(self) -> int: ...
+
+    @property
+    def local_rank(self) -> int: ...
 
 
 def uses_cuda(accelerator: str, cuda_available: bool | None = None) -> bool:
@@ -114,16 +133,16 @@ class EnginePlacement:
         """How many engines the run has."""
         return fabric.num_nodes * (fabric.devices if self.placement == "rank" else 1)
 
-    def engine_index(self, rank: int, fabric: FabricConfig) -> int | None:
-        """The engine global rank `rank` builds and rolls out with, or None when it has none."""
+    def engine_index(self, process: Process) -> int | None:
+        """The engine `process` builds and rolls out with, or None when it has none: its global rank's, or its
+        node's when it is the node's local rank 0."""
         if self.placement == "rank":
-            return rank
-        node, local = divmod(rank, fabric.devices)
-        return node if local == 0 else None
+            return process.global_rank
+        return process.node_rank if process.local_rank == 0 else None
 
-    def shard(self, items: list[Item], rank: int, fabric: FabricConfig) -> list[Item]:
-        """The tasks global rank `rank` rolls out: its engine's share, none when it has no engine."""
-        index = self.engine_index(rank, fabric)
+    def shard(self, items: list[Item], process: Process, fabric: FabricConfig) -> list[Item]:
+        """The tasks `process` rolls out: its engine's share, none when it has no engine."""
+        index = self.engine_index(process)
         return [] if index is None else items[index :: self.engines(fabric)]
 
     def concurrency(self, configured: int, fabric: FabricConfig, cpus: int | None = None) -> int:

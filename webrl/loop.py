@@ -301,7 +301,7 @@ class PhaseLoop:
     # ---------------------------------------------------------------------------------------------- helpers
     def _shard(self, tasks: list[Task]) -> list[Task]:
         """This rank's tasks: its engine's share (`engines.placement`), none on a rank without an engine."""
-        return self.config.engines.shard(tasks, self.fabric.global_rank, self.config.fabric)
+        return self.config.engines.shard(tasks, self.fabric, self.config.fabric)
 
     def _finish_stage(self, phase: int, stage: str, metrics: dict[str, float]) -> None:
         """Save the stage's metrics and mark it done (`webrl.phase_record`); every rank then holds the new state."""

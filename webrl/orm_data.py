@@ -206,7 +206,7 @@ class ORMDataBuilder:
         data, seed = self.config.orm.data, self.config.seed
         made: list[Trajectory] = []
         # A rank that `engines.placement` gives no engine still joins the episodes' gather, with no tasks.
-        engineless = self.config.engines.engine_index(self.fabric.global_rank, self.config.fabric) is None
+        engineless = self.config.engines.engine_index(self.fabric) is None
         actor_runs = actor is not None or engineless
         if data.actor_rollouts and actor_runs:
             made += self.run("actor", actor, actor_rollout_tasks(self.config, self.env), evaluation=False)
@@ -275,7 +275,7 @@ class ORMDataBuilder:
     ) -> list[Trajectory]:
         """This rank's share of `tasks` run by `engine` into `<data_dir>/<name>.rank<r>.jsonl`; every rank's, tagged."""
         fabric = self.fabric
-        shard = self.config.engines.shard(tasks, fabric.global_rank, self.config.fabric)
+        shard = self.config.engines.shard(tasks, fabric, self.config.fabric)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path = self.data_dir / f"{name}.rank{fabric.global_rank}.jsonl"
         fabric.print(f"[orm] {name}: {len(tasks)} episodes")

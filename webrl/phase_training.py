@@ -54,10 +54,10 @@ def load_critic(config: WebRLConfig, sft_dir: Path, path: Path | None, lr: float
     return critic
 
 
-def critic_scorer(config: WebRLConfig, sft_dir: Path, path: Path) -> Callable[[list[str]], list[float]]:
-    """The values the critic saved at `path` gives prompts: the curriculum's estimate of a task's difficulty."""
+def critic_scorer(config: WebRLConfig, sft_dir: Path, path: Path) -> Callable[[list[str | StepSample]], list[float]]:
+    """The values the critic saved at `path` gives states: the curriculum's estimate of a task's difficulty."""
     critic = load_critic(config, sft_dir, path)
-    return lambda prompts: critic.values(prompts).tolist()
+    return lambda states: critic.values(states).tolist()
 
 
 def replay_datamodule(

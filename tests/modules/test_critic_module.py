@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from sample_records import build_trajectory
 from torch.utils.data import DataLoader
 
+from webrl.curriculum.phase import start_page_prompt
+from webrl.data.collate import CriticStateCollator
+from webrl.data.critic_states import CriticState
+from webrl.data.prompts import actor_prompt_for_step
+from webrl.data.steps import trajectory_to_samples
+from webrl.data.trajectory import Task
 from webrl.modules.critic import CriticModule, last_token_index
 from webrl.modules.losses import critic_loss, critic_state_loss
 from webrl.modules.settings import LoraSettings
@@ -47,6 +54,24 @@ def test_values_do_not_depend_on_padding_side_or_batch(tiny):
     right = critic.state_values(batch["state_input_ids"], batch["state_attention_mask"])
     assert torch.allclose(together, right, atol=1e-5)
     assert bool(((together > 0) & (together < 1)).all())
+
+
+def test_a_state_whose_page_is_cut_is_scored_on_the_ids_critic_training_gives_it(tiny_dir):
+    """A first step too long for max_length: its value is the critic's forward on the loop's training batch of that
+    state (the page cut, the instruction kept), whether a rollout recorded it or the curriculum builds it for a
+    task's start page; a state that fits is scored on the ids of its prompt, as before."""
+    max_length = 256
+    critic = CriticModule(tiny_dir, max_length=max_length)
+    long = trajectory_to_samples(build_trajectory("long", num_steps=2, outcome=0.0, html_size=2000))[0]
+    short = trajectory_to_samples(build_trajectory("short", num_steps=2, outcome=1.0))[0]
+    assert len(critic.tokenizer(long.prompt)["input_ids"]) > max_length  # the page must be cut
+    batch = CriticStateCollator(critic.tokenizer, max_length)([CriticState(long, False), CriticState(short, False)])
+    trained = critic.state_values(batch["input_ids"], batch["attention_mask"])  # (2,)
+    task = Task(task_id="long", intent=long.intent, sites=["shopping"], start_url="")
+    start = start_page_prompt(actor_prompt_for_step)(task, long.html)  # the curriculum's critic input
+    assert torch.allclose(critic.values([start]), trained[:1], atol=1e-5)
+    assert torch.allclose(critic.values([long, short]), trained, atol=1e-5)
+    assert torch.equal(critic.values([short]), critic.values([short.prompt]))
 
 
 def test_compute_loss_is_the_double_critic_loss(tiny):

@@ -45,15 +45,18 @@ from webrl.curriculum.generation import GenerationRequest, TaskGenerator
 from webrl.curriculum.page_facts import HeldOutFacts, checked_facts, page_fact_tasks
 from webrl.curriculum.state import CurriculumState, PhaseRecord
 from webrl.data.prompts import build_actor_prompt
+from webrl.data.steps import StepSample
 from webrl.data.trajectory import Task, Trajectory
 from webrl.inference.engine import InferenceEngine
 
-Critic = Callable[[list[str]], Sequence[float]]
-"""Batched critic: prompts -> P(success) each, e.g. `CriticModule.values` (a tensor is fine)."""
+Critic = Callable[[list[str | StepSample]], Sequence[float]]
+"""Batched critic: the inputs `critic_prompt` builds -> P(success) each, e.g. `CriticModule.values` (a tensor is
+fine)."""
 Reinstantiate = Callable[[Task, random.Random, int], list[Task]]
 """`reinstantiate(task, rng, n)`: up to n new tasks of `task`'s template, each with its evaluator."""
-CriticPrompt = Callable[[Task, str], str]
-"""`critic_prompt(task, html)`: the critic's input for `task` on its start page showing `html`."""
+CriticPrompt = Callable[[Task, str], str | StepSample]
+"""`critic_prompt(task, html)`: the critic's input for `task` on its start page showing `html`, the first step's
+state (which keeps the page, for a critic to cut as its training cuts it) or that state's prompt."""
 
 PARSE_REASONS = ("empty", "multiline", "too_short", "too_long", "garbage")
 _FILTER_OF_REASON = {
@@ -95,8 +98,8 @@ class Curriculum:
     site to its start page, where LLM-made tasks begin (default: the commonest start URL of the
     site's seeds). `start_observation(task)` returns the simplified HTML of the task's start page
     (the loop opens it in the browser); it is called once per start URL and cached. `critic_prompt
-    (task, html)` builds the critic's input; it must be the first-step prompt in the form the rollouts record,
-    which the critic is trained on (the loop passes `phase.start_page_prompt` of the rollouts' builder). The
+    (task, html)` builds the critic's input; it must be the first-step state or prompt in the form the rollouts
+    record, which the critic is trained on (the loop passes `phase.start_page_prompt` of the rollouts' builder). The
     default, the round-0 actor prompt in completion form, is that form only for actors without a chat
     template. `held_out` holds the intents and facts of the held-out tasks, which no candidate may ask; page
     facts also need `start_observation`, which opens each fact's page afresh to check it.

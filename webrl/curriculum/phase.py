@@ -19,6 +19,7 @@ from webrl.curriculum.curriculum import Critic, CriticPrompt, Curriculum, Reinst
 from webrl.curriculum.filters import normalise_intent
 from webrl.curriculum.page_facts import HeldOutFacts
 from webrl.curriculum.state import STATE_FILE, CurriculumState
+from webrl.data.steps import StepSample
 from webrl.data.trajectory import Step, Task, Trajectory, sampled_origin
 from webrl.inference.engine import InferenceEngine, build_engine
 from webrl.run_layout import RunLayout
@@ -247,15 +248,44 @@ def _warn_if_short(phase: int, size: int, wanted: int, metrics: dict[str, float]
 
 
 def start_page_prompt(prompt_builder: Callable[[Task, Sequence[Step], str], str]) -> CriticPrompt:
-    """The critic's input for a task: the prompt `prompt_builder` gives the task's first step on its start page.
+    """The critic's input for a task: its first step's state, with the prompt `prompt_builder` gives that step on
+    the start page.
 
     Pass the builder the phase's rollouts record their prompts with (`WebEnvironment.actor_prompt_builder` of
     the rollout engine). The critic is trained on those recorded prompts and judges a task only in their
     form: for an actor with a chat template (SmolLM2) that is the chat form, where the completion form of
-    `Curriculum`'s default gives values that say nothing about the task.
+    `Curriculum`'s default gives values that say nothing about the task. The state keeps the page apart from
+    the prompt, so that `CriticModule.values` cuts a page too long for `model.max_length` as critic training
+    cuts it; a prompt alone could only be cut from the left, losing the instruction.
     """
 
-    def prompt(task: Task, html: str) -> str:
-        return prompt_builder(task, [], html)
+    def state(task: Task, html: str) -> StepSample:
+        return _first_state(task, prompt_builder(task, [], html), html)
 
-    return prompt
+    return state
+
+
+def _first_state(task: Task, prompt: str, html: str) -> StepSample:
+    """`task`'s first state as a training sample holds one: `prompt` on the page `html`, no history yet.
+
+    Only the state's own fields are read (`StepTokenizer.fit_state`); no action has been taken, so the next
+    state, the action and the returns are left empty.
+    """
+    return StepSample(
+        task_id=task.task_id,
+        intent=task.intent,
+        trajectory_id="",
+        phase=0,
+        step_index=0,
+        num_steps=0,
+        prompt=prompt,
+        next_prompt="",
+        action="",
+        history=[],
+        html=html,
+        next_html="",
+        reward=0.0,
+        mc_return=0.0,
+        done=False,
+        trajectory_reward=0.0,
+    )

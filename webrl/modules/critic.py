@@ -40,6 +40,8 @@ from torchmetrics.classification import BinaryCalibrationError
 from torchmetrics.functional.classification import binary_calibration_error
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from webrl.data.collate import StepTokenizer
+from webrl.data.steps import StepSample
 from webrl.data.trajectory import SUCCESS_THRESHOLD
 from webrl.modules.base import WebRLModule, require_model
 from webrl.modules.lm import (
@@ -80,7 +82,7 @@ def at_last_token(values: torch.Tensor, attention_mask: torch.Tensor) -> torch.T
 
 
 class CriticModule(WebRLModule):
-    """Double-head value critic on an LM trunk; `values(prompts)` scores states, `compute_loss` trains it.
+    """Double-head value critic on an LM trunk; `values(states)` scores states, `compute_loss` trains it.
 
     `model` is a local model directory or a loaded causal LM (its `base_model`, the decoder stack,
     becomes the trunk; the LM head is not kept). Phase i's critic usually starts from the SFT
@@ -160,20 +162,34 @@ class CriticModule(WebRLModule):
         with torch.no_grad():
             return critic_values(self(input_ids, attention_mask))
 
-    def values(self, prompts: Sequence[str], batch_size: int = 8) -> torch.Tensor:
-        """V(s) = P(success) for state prompt strings, batched; returns (N,) on the CPU."""
+    def values(self, states: Sequence[str | StepSample], batch_size: int = 8) -> torch.Tensor:
+        """V(s) = P(success) of states, each a step sample (its s) or a prompt string, batched; (N,) on the CPU.
+
+        A step sample is tokenised as critic training tokenises it (`StepTokenizer.fit_state`, the loop's
+        `CriticStateCollator`): a prompt over `max_length` is re-built with less page HTML, keeping the
+        instruction and the history, so a long state is scored on the text the critic was trained on. A prompt
+        string has no page to re-build; it is cut from the left, as `collate_states` cuts it for training.
+        """
         device = self.heads[0][0].weight.device
+        steps = StepTokenizer(self.tokenizer, self.max_length) if self.max_length is not None else None
         was_training = self.training
         self.eval()
         out = []
         try:
-            for start in range(0, len(prompts), batch_size):
-                rows = [encode_prompt(self.tokenizer, p, self.max_length) for p in prompts[start : start + batch_size]]
+            for start in range(0, len(states), batch_size):
+                rows = [self._state_ids(state, steps) for state in states[start : start + batch_size]]
                 ids, mask = pad_batch(rows, self.tokenizer.pad_token_id)
                 out.append(self.state_values(ids.to(device), mask.to(device)).cpu())
         finally:
             self.train(was_training)
         return torch.cat(out) if out else torch.zeros(0)
+
+    def _state_ids(self, state: str | StepSample, steps: StepTokenizer | None) -> list[int]:
+        """The ids `values` scores `state` on: training's fit for a step sample, else the prompt cut from the left."""
+        if isinstance(state, StepSample) and steps is not None:
+            return steps.fit_state(state, next_state=False)
+        prompt = state.prompt if isinstance(state, StepSample) else state
+        return encode_prompt(self.tokenizer, prompt, self.max_length)
 
     @staticmethod
     def collate_states(
