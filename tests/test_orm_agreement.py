@@ -21,25 +21,27 @@ def test_accuracy_precision_recall_auroc_and_confusion_match_hand_counts():
         _judged("a", 0.9, 1.0),  # TP
         _judged("b", 0.8, 0.0),  # FP
         _judged("c", 0.6, 1.0),  # TP
-        _judged("d", 0.3, 1.0),  # FN
-        _judged("e", 0.2, 0.0),  # TN
-        _judged("f", 0.1, 0.0),  # TN
-        _judged("g", None, 1.0),  # never labelled by the ORM: not compared
-        _judged("h", 0.7, None),  # no evaluator: not compared
+        _judged("d", 0.55, 0.0),  # FP
+        _judged("e", 0.3, 1.0),  # FN
+        _judged("f", 0.2, 0.0),  # TN
+        _judged("g", 0.1, 0.0),  # TN
+        _judged("h", None, 1.0),  # never labelled by the ORM: not compared
+        _judged("i", 0.7, None),  # no evaluator: not compared
     ]
-    # AUROC: of the 3 x 3 (positive, negative) pairs, the positive scores higher in 3 (0.9) + 2 (0.6) + 2 (0.3).
+    # tp 2, fp 2, fn 1, tn 2 of 7 compared (fp != fn, so each recall has its own denominator).
+    # AUROC: of the 3 x 4 (positive, negative) pairs, the positive scores higher in 4 (0.9) + 3 (0.6) + 2 (0.3).
     assert agreement(episodes) == pytest.approx(
         {
-            "orm/agreement": 4 / 6,
-            "orm/precision": 2 / 3,
+            "orm/agreement": 4 / 7,
+            "orm/precision": 2 / 4,
             "orm/recall": 2 / 3,
             "orm/tp": 2.0,
-            "orm/fp": 1.0,
+            "orm/fp": 2.0,
             "orm/fn": 1.0,
             "orm/tn": 2.0,
-            "orm/compared": 6.0,
-            "orm/balanced_accuracy": (2 / 3 + 2 / 3) / 2,  # recall on successes 2/3, on failures 2/3
-            "orm/auroc": 7 / 9,
+            "orm/compared": 7.0,
+            "orm/balanced_accuracy": (2 / 3 + 2 / 4) / 2,  # recall on successes tp/(tp+fn), on failures tn/(tn+fp)
+            "orm/auroc": 9 / 12,
         }
     )
 

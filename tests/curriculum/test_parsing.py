@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from webrl.curriculum.config import CurriculumConfig
-from webrl.curriculum.filters import judge_messages, parse_verdict
+from webrl.curriculum.filters import FeasibilityJudge, judge_messages, parse_verdict
 from webrl.curriculum.generation import generation_messages, parse_task_list, render_messages
+from webrl.data.trajectory import Task
+from webrl.inference.engine import Completion
 
 
 def test_well_formed_reply_gives_one_task_per_backticked_span():
@@ -132,6 +134,7 @@ def test_chat_template_rendering_is_used_when_the_tokenizer_has_one():
         ("I first thought [NO] but on reflection [ YES ]", True),
         ("Reason: bookings are not supported.\nNO", False),
         ("Feasible: YES", True),
+        ("YES at first, but NO", False),  # bare verdicts: the last one wins too
         ("The answer is no, I think.", None),
         ("", None),
         ("NOTE: unclear", None),
@@ -147,6 +150,24 @@ def test_judge_prompt_carries_the_site_rules_and_the_answer_format():
     assert config.judge_rules["map"] in text
     assert "Task: Is it raining?" in text
     assert "[YES]" in text and "[NO]" in text
+
+
+class OneReplyEngine:
+    """TEST DOUBLE of `InferenceEngine` that answers a batch with a single completion, whatever its size."""
+
+    def generate(self, prompts, params):
+        return [Completion(text="[YES]", token_ids=[])]
+
+    def close(self):
+        pass
+
+
+def test_a_judge_engine_returning_the_wrong_number_of_completions_is_an_error():
+    judge = FeasibilityJudge(OneReplyEngine(), CurriculumConfig())
+    tasks = [Task(f"t{i}", f"Find mug {i}", ["shopping"], "http://shop.test/") for i in range(2)]
+    assert [verdict.feasible for verdict in judge.judge(tasks[:1])] == [True]
+    with pytest.raises(RuntimeError, match="judge engine returned 1 completions for 2 prompts"):
+        judge.judge(tasks)
 
 
 @pytest.mark.parametrize(

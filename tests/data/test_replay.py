@@ -47,6 +47,11 @@ def test_buffer_refuses_to_overwrite_a_phase_unless_asked(tmp_path, make_traject
         buffer.trajectories(3)
 
 
+def test_a_negative_phase_is_refused(tmp_path, make_trajectory):
+    with pytest.raises(ValueError, match="phase must be >= 0, got -1"):
+        ReplayBuffer(tmp_path).add_phase(-1, [make_trajectory("a")])
+
+
 def test_phase_file_without_manifest_entry_is_not_a_phase(tmp_path, make_trajectory):
     buffer = ReplayBuffer(tmp_path)
     buffer.add_phase(0, [make_trajectory("a")])
@@ -59,6 +64,12 @@ def test_phase_file_without_manifest_entry_is_not_a_phase(tmp_path, make_traject
 def test_corrupt_manifest_is_an_error_naming_it(tmp_path):
     (tmp_path / "manifest.json").write_text("{")
     with pytest.raises(ValueError, match=r"manifest\.json: not valid JSON"):
+        ReplayBuffer(tmp_path)
+
+
+def test_a_manifest_of_another_version_is_an_error_naming_it(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"version": 2, "phases": {}}))
+    with pytest.raises(ValueError, match=r"manifest\.json: not a replay manifest of version 1"):
         ReplayBuffer(tmp_path)
 
 
@@ -172,6 +183,15 @@ def test_a_fractional_cap_ratio_keeps_the_whole_floor_and_records_it(make_trajec
     record = json.loads(scores_path.read_text())
     assert record["window"]["cap"] == 29
     assert sum(step["kept"] for step in record["steps"]) == 29 and len(record["steps"]) == 100
+
+
+def test_filter_counts_a_success_at_the_configured_threshold(make_trajectory):
+    """Without an outcome the evaluator's 0.6 is the label: a success at the default 0.5, not at 0.7."""
+    graded = make_trajectory("graded", num_steps=1, outcome=None, eval_reward=0.6)
+    table = {graded.steps[0].response: 0.8}
+    assert len(filter_by_perplexity([graded], TableScorer(table), current_steps=10)) == 1
+    strict = ReplayFilterConfig(success_threshold=0.7)
+    assert filter_by_perplexity([graded], TableScorer(table), current_steps=10, config=strict) == []
 
 
 def test_filter_uses_only_first_success_of_a_task(make_trajectory):

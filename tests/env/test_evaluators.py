@@ -24,6 +24,7 @@ def test_clean_answer_strips_one_pair_of_quotes_and_lowercases():
     assert clean_answer('  "Hello World" ') == "hello world"
     assert clean_answer("'x'") == "x"
     assert clean_answer("\"it's\"'") == "\"it's\"'"
+    assert clean_answer("'\"x\"'") == '"x"'  # only the outer pair: the inner quotes stay
 
 
 def test_exact_match():
@@ -38,6 +39,9 @@ def test_must_include_with_or_alternatives_and_single_character_tokens():
     # A one-character reference must match a whole word token: "3" is not in "13".
     assert score({"must_include": ["3"]}, "I bought 13 items") == (0.0, False)
     assert score({"must_include": ["3"]}, "I bought 3 items / 2 boxes") == (1.0, False)
+    # Only a task's sole must_include item is matched as a token (WebArena: tokenize=len(value) == 1); among
+    # several items a one-character reference is a plain substring, so "3" is found in "13".
+    assert score({"must_include": ["3", "apples"]}, "13 apples") == (1.0, False)
 
 
 @pytest.mark.parametrize(
@@ -64,6 +68,9 @@ def test_a_one_character_reference_stands_alone_only_as_nltk_cuts_words(referenc
 def test_must_exclude_and_one_of():
     assert score({"must_include": ["paid"], "must_exclude": ["refunded"]}, "Order paid") == (1.0, False)
     assert score({"must_include": ["paid"], "must_exclude": ["refunded"]}, "Paid then refunded") == (0.0, False)
+    # Several excluded items: any one present fails the answer.
+    assert score({"must_exclude": ["refunded", "cancelled"]}, "Order refunded") == (0.0, False)
+    assert score({"must_exclude": ["refunded", "cancelled"]}, "Order paid") == (1.0, False)
     assert score({"one_of": ["red", "crimson"]}, "It is crimson") == (1.0, False)
     assert score({"one_of": ["red", "crimson"]}, "It is blue") == (0.0, False)
 
@@ -97,6 +104,21 @@ def test_url_match_exact_gold_in_pred_alternatives_and_normalisation():
     assert url_match(ref, "http://127.0.0.1:7770/history?page=2", "GOLD in PRED") == 1.0
     assert url_match(ref, "http://127.0.0.1:7770/history?page=2") == 1.0  # no url_note: GOLD in PRED
     assert url_match(ref, "http://127.0.0.1:7770/cart", "GOLD in PRED") == 0.0
+
+
+def test_url_match_a_reference_parameter_with_several_values_is_met_by_any_of_them():
+    """WebArena's GOLD in PRED: for each reference query key, one of its values must be among the page's."""
+    ref = "http://127.0.0.1:7770/search?q=mug&q=cup"
+    assert url_match(ref, "http://127.0.0.1:7770/search?q=cup") == 1.0
+    assert url_match(ref, "http://127.0.0.1:7770/search?q=mug&page=2") == 1.0
+    assert url_match(ref, "http://127.0.0.1:7770/search?q=kettle") == 0.0
+
+
+def test_url_match_an_empty_reference_or_alternative_matches_no_url():
+    page = "http://127.0.0.1:7770/cart"
+    assert url_match("", page) == 0.0
+    assert url_match("http://127.0.0.1:7770/orders |OR| ", page) == 0.0
+    assert url_match(" |OR| http://127.0.0.1:7770/orders", page) == 0.0
 
 
 def _evaluate(run, pool, backend, pages, eval_block, answer, navigate_to="page2.html"):

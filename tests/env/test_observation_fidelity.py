@@ -343,4 +343,5 @@ def test_without_the_init_script_a_script_menu_has_no_id(run, pool, pages):
         return html
 
     html = run(observe_bare())
+    assert "Shop" in html and "Plain words" in html  # the page was observed: its visible text is there
     assert not re.search(r'id="\d+">\s*Shop', html)  # what the episode's init script is for

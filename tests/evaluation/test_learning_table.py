@@ -142,6 +142,14 @@ def test_a_difference_over_fewer_tasks_than_the_success_column_names_the_paired_
     assert "| WebRL | 50.0 (5/10) | [23.7, 76.3] | 10 | +30.0 | 0.375 (b 4, c 1) |" in build(SFT, WEBRL).to_markdown()
 
 
+def test_a_paired_difference_is_a_share_of_the_paired_tasks_not_of_the_success_column():
+    """On the 8 tasks SFT scored, WebRL alone solves 5: +1/8 = +12.5 points (1/10 of its success column would be 10)."""
+    sft = lost_to_failures("sft", {"1", "2", "3", "4"}, TASKS[:8])
+    webrl = result("webrl", {"1", "2", "3", "4", "5", "9", "10"})
+    # McNemar b = 1, c = 0: p = 2 * (1/2)^1 = 1.
+    assert "| 10 | +12.5 on 8 paired | 1 (b 1, c 0) |" in build(sft, webrl).to_markdown()
+
+
 def trajectory(task_id: str, reward: float) -> Trajectory:
     task = Task(task_id, f"intent {task_id}", ["shopping"], "http://x/", intent_template_id=template(task_id))
     return Trajectory(task, status="exit", eval_reward=reward)

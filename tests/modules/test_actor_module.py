@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 from webrl.modules.actor import ActorModule
 from webrl.modules.critic import CriticModule
 from webrl.modules.lm import action_logprobs, load_model_and_tokenizer
+from webrl.modules.losses import actor_loss
 from webrl.modules.settings import ActorLossConfig, AdvantageConfig, LoraSettings
 from webrl.training import setup_for_training
 
@@ -120,6 +121,13 @@ def test_precomputed_reference_gives_the_same_loss(tiny):
     computed, _ = actor.compute_loss(batch)
     given, _ = actor.compute_loss({**batch, "ref_logprob_sum": actor.reference_logprob_sum(batch)})
     assert torch.allclose(computed, given)
+    # A given reference is the one the loss uses, not recomputed: shifted by 1, the loss is actor_loss's with it.
+    shifted = actor.reference_logprob_sum(batch) + 1.0
+    loss, _ = actor.compute_loss({**batch, "ref_logprob_sum": shifted})
+    with torch.no_grad():
+        logp_sum = actor.policy_logprobs(batch).sum(-1)
+    expected, _ = actor_loss(logp_sum, shifted, batch["action_mask"].sum(-1), batch["advantage"], actor.loss_config)
+    assert torch.allclose(loss, expected) and not torch.allclose(loss, computed)
 
 
 def test_advantage_from_an_attached_critic(tiny_dir):

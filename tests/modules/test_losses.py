@@ -109,6 +109,17 @@ def test_release_actor_loss():
     assert stats["beta"].item() == pytest.approx((1 + 2.4 + 5 + 0.5) / 4)
     assert stats["masked_frac"].item() == pytest.approx(0.25)
     assert stats["logratio"].item() == pytest.approx((0.2 - 0.25 + 0.1 + 2.0) / 4)
+    # ref_prob is the batch mean of p_ref = exp(ref/count) (method.md §8.3): (.49659 + .60653 + .81873 + .12246) / 4
+    assert stats["ref_prob"].item() == pytest.approx(0.51108, abs=1e-5)
+
+
+def test_release_beta_follows_the_reference_probability_not_the_policys():
+    # p_ref = exp(-.5/1) = .607 < .8: a positive the reference finds unsure keeps beta 1 (the policy's own
+    # exp(-.1) = .905 would have made it 5, capped at |A/rho| = 1/.4 = 2.5). rho = (-.1 + .5)/1 = .4;
+    # SmoothL1(1 * .4, 1) / 1 = .5 * .6^2 = .18.
+    loss, stats = actor_loss(t(-0.1), t(-0.5), t(1), t(1.0), ActorLossConfig.release())
+    assert stats["beta"].item() == 1.0
+    assert loss.item() == pytest.approx(0.18)
 
 
 def test_release_actor_loss_with_sft_term():
@@ -147,6 +158,12 @@ def test_capped_beta_survives_a_zero_logratio():
     loss, stats = actor_loss(t(-1.0), t(-1.0), t(2), t(1.0), ActorLossConfig.release())
     # lr = 0: the cap is |1/0| = inf, beta stays 1; SmoothL1(0, 1) = .5
     assert loss.item() == pytest.approx(0.5) and stats["beta"].item() == 1.0
+
+
+def test_capped_beta_survives_a_zero_advantage_on_a_zero_logratio():
+    # lr = 0 and A = 0: the cap |0/0| is NaN, read as no cap, so beta stays 1 and the loss is (1 * 0 - 0)^2 = 0
+    loss, stats = actor_loss(t(-1.0), t(-1.0), t(2), t(0.0), ActorLossConfig(cap_beta=True))
+    assert loss.item() == 0.0 and stats["beta"].item() == 1.0
 
 
 def test_actor_loss_config_names_a_bad_key():
