@@ -39,7 +39,7 @@ from lightning.fabric import Fabric
 
 from webrl.curriculum.phase import generator_engine, propose_phase_tasks, start_page_prompt
 from webrl.data.atomic_io import write_json_atomic
-from webrl.data.labels import label_with_orm
+from webrl.data.labels import label_with_orm, labelable
 from webrl.data.replay import ReplayBuffer, select_successes
 from webrl.data.steps import StepSample, write_samples
 from webrl.data.trajectory import Task, Trajectory, sampled_copies, write_trajectories
@@ -193,15 +193,8 @@ class PhaseLoop:
 
     def _labels(self, phase: int) -> dict[str, float]:
         rollouts = self.layout.rollouts(phase, self._rollout_ids(phase))
-        # A browser, site or engine failure (after its retry) is no evidence about the policy: no label, no training.
-        # Nor, when the evaluators give the rewards, is an episode they did not judge (a fuzzy task with no judge,
-        # an evaluator that could not run): a 0 there would teach the critic and actor a failure nobody saw.
-        by_evaluator = self.config.reward.source == "evaluator"
-        trajectories = [
-            trajectory
-            for trajectory in rollouts
-            if not trajectory.infra_error and (trajectory.judged_by_evaluator or not by_evaluator)
-        ]
+        # Infrastructure failures, and with evaluator rewards unjudged episodes, get no label and no training.
+        trajectories, _ = labelable(rollouts, by_evaluator=self.config.reward.source == "evaluator")
         if self.fabric.is_global_zero:
             if self.config.reward.orm_labels:
                 if self.orm_dir is None:

@@ -98,7 +98,7 @@ def test_input_errors_are_one_line_naming_the_culprit(tmp_path, capsys):
     evaluator = "reward_source=evaluator"
     code = main(["stage=[1]", f"rollouts={tmp_path / 'missing'}", "output=o.jsonl", evaluator])
     assert code == 2
-    assert f"error: rollouts not found: {tmp_path / 'missing'}" in capsys.readouterr().err
+    assert f"error: rollouts: {tmp_path / 'missing'} does not exist" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"schema": 1}\n{oops\n{"schema": 1}\n')
     code = main(["stage=[1]", f"rollouts={bad}", f"output={tmp_path / 'o.jsonl'}", evaluator])

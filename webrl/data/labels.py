@@ -2,10 +2,14 @@
 
 The ORM itself is a model (`webrl.modules.orm.orm_scorer` builds the scorer); labelling takes the scorer
 as a callable, so that this record layer stays free of models and runs on plain trajectories.
+
+Which rollouts get a label at all is decided here too (`unlabelled_reason`), so that the run's labels stage
+(`webrl.loop`) and `python -m webrl.process` stage 1 keep out the same episodes.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,6 +18,36 @@ from webrl.data.trajectory import Trajectory, is_success, orm_accepts
 
 OrmScorer = Callable[[list[str]], list[float]]
 """score(orm_prompts) -> P(YES) of each prompt."""
+
+
+def unlabelled_reason(trajectory: Trajectory, *, by_evaluator: bool) -> str | None:
+    """Why a rollout gets no label and no training, or None when it gets one; `by_evaluator`: the evaluators give
+    the rewards.
+
+    A browser, site or engine failure (after its retry) is no evidence about the policy. Nor, when the evaluators
+    give the rewards, is an episode they did not judge (a fuzzy task with no judge, an evaluator that could not
+    run): a 0 there would teach the critic and actor a failure nobody saw. With ORM rewards the ORM judges it.
+    """
+    if trajectory.infra_error:
+        return "infra_error (the browser, the site or the engine failed)"
+    if by_evaluator and trajectory.eval_reward is None:
+        return "no evaluator reward"
+    if by_evaluator and not trajectory.judged_by_evaluator:
+        return "eval_error (the evaluator could not run)"
+    return None
+
+
+def labelable(trajectories: Sequence[Trajectory], *, by_evaluator: bool) -> tuple[list[Trajectory], Counter[str]]:
+    """The trajectories that get a label (`unlabelled_reason` is None), in order, and how many of the others each
+    reason left out."""
+    kept, left_out = [], Counter[str]()
+    for trajectory in trajectories:
+        reason = unlabelled_reason(trajectory, by_evaluator=by_evaluator)
+        if reason is None:
+            kept.append(trajectory)
+        else:
+            left_out[reason] += 1
+    return kept, left_out
 
 
 def label_with_evaluator(trajectories: Sequence[Trajectory]) -> None:

@@ -8,8 +8,8 @@ not finished —, `actions`). `import_trace_dir` turns such a directory into `Tr
 project's labelling, replay and training unchanged. Only JSON is read: nothing is unpickled.
 
 The exports write LLaMA-Factory-style ShareGPT JSON for other trainers: SFT data (one example per
-step: the actor prompt and the raw response) and ORM data (the ORM prompt's user turn, the YES/NO
-label, and the ORM system prompt in a `system` column).
+step: the actor prompt and the raw response) and ORM data (the ORM prompt's user turn, the evaluator's YES/NO
+verdict, and the ORM system prompt in a `system` column).
 """
 
 from __future__ import annotations
@@ -182,14 +182,19 @@ def sft_examples(trajectories: Iterable[Trajectory], *, successful_only: bool = 
 
 
 def orm_examples(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
-    """ShareGPT ORM examples: the ORM user turn, YES/NO from the trajectory's outcome, system prompt."""
+    """ShareGPT ORM examples: the ORM user turn, YES/NO from the evaluator's reward, system prompt.
+
+    The ORM learns the evaluators' verdicts (docs/method.md §5.2, `webrl.orm_data`), whatever labelled the
+    trajectories for training: labels from an ORM would teach a new ORM that ORM's mistakes. A trajectory its
+    evaluator did not judge (`Trajectory.judged_by_evaluator`) or without steps gives no example.
+    """
     examples = []
     for trajectory in trajectories:
-        if not trajectory.steps:
+        if not trajectory.steps or not trajectory.judged_by_evaluator:
             continue
         responses = [step.response for step in trajectory.steps]
         user = orm_user_text(trajectory.task.intent, responses, trajectory.steps[-1].observation)
-        label = "YES" if is_success(trajectory_outcome(trajectory)) else "NO"
+        label = "YES" if is_success(trajectory.eval_reward) else "NO"
         conversation = [{"from": "human", "value": user}, {"from": "gpt", "value": label}]
         examples.append({"conversations": conversation, "system": ORM_SYSTEM_PROMPT})
     return examples

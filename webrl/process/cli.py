@@ -11,25 +11,31 @@ This is the release's `process_data.py` in one place, on this project's files:
     python -m webrl.process --config process.yaml stage=[1,2]                 # both, like the release
 
 Settings come from `ProcessConfig` (`webrl.process.config`) like a recipe's: `--config FILE`,
-then key=value overrides; `python -m webrl.process --help` lists every key. Stage 1 sets every
-trajectory's `outcome`: with `reward_source=orm` from the ORM's P(YES) >= 0.5, the run's default
-`reward.threshold` (also stored as `orm_score` / `orm_reward`), with `reward_source=evaluator` from
-the evaluator score >= 0.5. Stage 2 writes a flat, seeded-shuffled JSONL of step samples: the
+then key=value overrides; `python -m webrl.process --help` lists every key. Stage 1 keeps the episodes
+a run's labels stage keeps (`webrl.data.labels.labelable`: no browser, site or engine failure, and with
+`reward_source=evaluator` none its evaluator did not judge), says how many it left out and why, and
+sets each kept trajectory's `outcome`: with `reward_source=orm` from the ORM's P(YES) >= 0.5, the run's
+default `reward.threshold` (also stored as `orm_score` / `orm_reward`), its prompts fitted to `max_length`
+as the run fits them to `model.max_length`; with `reward_source=evaluator` from the evaluator score >= 0.5.
+`orm_data_out` exports the evaluators' verdicts, never the ORM's (`webrl.data.traces.orm_examples`).
+Stage 2 writes a flat, seeded-shuffled JSONL of step samples: the
 replayed steps the filter kept plus every step of the current phase (successes and failures), which
 is what the critic and the actor train on. `devices=N` scores stage 2's experience on N processes
-(DDP); stage 1 then runs on rank 0 only.
+(DDP); stage 1 then runs on rank 0 only. A path that cannot be read or written ends the command with
+one error line that names its key.
 """
 
 from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from webrl.config import ConfigError, load_config
-from webrl.data.labels import label_with_evaluator
+from webrl.data.labels import label_with_evaluator, labelable
 from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import current_phase_samples, filter_by_perplexity
 from webrl.data.steps import write_samples
@@ -39,36 +45,99 @@ from webrl.env.actions import action_record
 from webrl.process.config import ProcessConfig
 
 
+class PathError(Exception):
+    """A path setting that could not be read or written, or held a malformed file; the message starts with its key."""
+
+
+@contextmanager
+def _path_of(key: str) -> Iterator[None]:
+    """Name `key` in the error of what reads or writes its path inside the block, so that the one error line says
+    which setting to fix (a missing file, a directory where a file goes, a model directory without a model)."""
+    try:
+        yield
+    except (OSError, ValueError) as err:
+        raise PathError(f"{key}: {err}") from err
+
+
 def load_rollouts(path: str | Path) -> list[Trajectory]:
     """Trajectories from a VisualAgentBench result dir (traces/ + actions/) or a trajectory JSONL file."""
     path = Path(path)
     if path.is_dir():
         return import_trace_dir(path, read_action=action_record)
     if not path.is_file():
-        raise FileNotFoundError(f"rollouts not found: {path} (expected a trace dir or a .jsonl file)")
+        raise FileNotFoundError(f"{path} does not exist (expected a trace dir or a .jsonl file)")
     return read_trajectories(path)
 
 
 def stage1(config: ProcessConfig, fabric: Any = None) -> list[Trajectory]:
-    """Label the rollouts; with `reward_source=orm` the ORM scores them on `scoring_device(fabric)`."""
-    trajectories = load_rollouts(config.rollouts)
+    """Label the rollouts a run would label; with `reward_source=orm` the ORM scores on `scoring_device(fabric)`."""
+    with _path_of("rollouts"):
+        rollouts = load_rollouts(config.rollouts)
+    trajectories = _labelable(config, rollouts)
     if config.reward_source == "evaluator":
         label_with_evaluator(trajectories)
     else:
-        from webrl.modules.orm import OutcomeRewardModule
-
-        answers = tuple(config.orm_answers) if config.orm_answers else None
-        orm = OutcomeRewardModule(config.orm, answer_words=answers, threshold=_default_orm_threshold())
-        orm = orm.to(scoring_device(fabric))
-        orm.label(trajectories, batch_size=config.batch_size)
-    write_trajectories(config.output, trajectories)
+        _label_with_orm(config, trajectories, fabric)
+    with _path_of("output"):
+        write_trajectories(config.output, trajectories)
     successes = sum(1 for t in trajectories if t.succeeded)
     print(f"stage 1: {len(trajectories)} trajectories, {successes} successful -> {config.output}")
     if config.sft_out:
-        print(f"sft data: {write_sharegpt(config.sft_out, sft_examples(trajectories))}")
+        sft = sft_examples(trajectories)
+        with _path_of("sft_out"):
+            print(f"sft data: {write_sharegpt(config.sft_out, sft)}")
     if config.orm_data_out:
-        print(f"orm data: {write_sharegpt(config.orm_data_out, orm_examples(trajectories))}")
+        examples = orm_examples(trajectories)
+        with _path_of("orm_data_out"):
+            path = write_sharegpt(config.orm_data_out, examples)
+        print(f"orm data: {len(examples)} of {len(trajectories)} trajectories, labelled by their evaluator -> {path}")
     return trajectories
+
+
+def _labelable(config: ProcessConfig, rollouts: list[Trajectory]) -> list[Trajectory]:
+    """The rollouts the run's labels stage would label (`labelable`); those left out are counted by reason.
+
+    The checks that make labelling pointless come before the ORM is loaded: no rollout left to label, or an
+    `orm_data_out` with no evaluator's verdict to export (ORM data is labelled by the evaluators, docs/method.md
+    §5.2; the ORM's own verdicts would teach a new ORM its mistakes).
+    """
+    trajectories, left_out = labelable(rollouts, by_evaluator=config.reward_source == "evaluator")
+    reasons = ", ".join(f"{count} {reason}" for reason, count in left_out.most_common())
+    if rollouts and not trajectories:
+        hint = (
+            "; rollouts without evaluator rewards need reward_source=orm" if config.reward_source == "evaluator" else ""
+        )
+        raise ValueError(f"rollouts: none of the {len(rollouts)} trajectories can be labelled ({reasons}){hint}")
+    if left_out:
+        left = sum(left_out.values())
+        print(f"stage 1: left {left} of {len(rollouts)} trajectories unlabelled, as a run does: {reasons}")
+    if config.orm_data_out and not any(t.judged_by_evaluator and t.steps for t in trajectories):
+        raise ValueError(
+            "orm_data_out: ORM data is labelled by the evaluators, and none of the rollouts has an evaluator's "
+            "verdict; leave orm_data_out empty"
+        )
+    return trajectories
+
+
+def _label_with_orm(config: ProcessConfig, trajectories: list[Trajectory], fabric: Any) -> None:
+    """The ORM's labels at the run's default `reward.threshold`, each prompt fitted to `max_length` as the run's
+    labels stage fits it to `model.max_length` (`webrl.modules.orm.orm_scorer`): scored whole, a long page would
+    give another P(YES), so another label, than the run gives the same episode.
+
+    The module is built here rather than through `orm_scorer`, which leaves it on the CPU it loads on.
+    """
+    from webrl.modules.orm import OutcomeRewardModule
+
+    answers = tuple(config.orm_answers) if config.orm_answers else None
+    with _path_of("orm"):
+        orm = OutcomeRewardModule(
+            config.orm,
+            answer_words=answers,
+            threshold=_default_orm_threshold(),
+            max_length=config.max_length or None,
+        )
+    orm = orm.to(scoring_device(fabric))
+    orm.label(trajectories, batch_size=config.batch_size)
 
 
 def _default_orm_threshold() -> float:
@@ -85,12 +154,15 @@ def stage2(config: ProcessConfig, fabric: Any = None) -> None:
         raise FileNotFoundError(
             f"stage 2 reads the current phase from output={output}, which does not exist: run stage 1"
         )
-    current = read_trajectories(output)
-    experience = [t for path in config.experience for t in load_rollouts(path)]
+    with _path_of("output"):
+        current = read_trajectories(output)
+    with _path_of("experience"):
+        experience = [t for path in config.experience for t in load_rollouts(path)]
     from webrl.data.collate import StepTokenizer
     from webrl.modules.lm import actor_scorer, load_model_and_tokenizer
 
-    model, tokenizer = load_model_and_tokenizer(config.actor)
+    with _path_of("actor"):
+        model, tokenizer = load_model_and_tokenizer(config.actor)
     model = model.to(scoring_device(fabric))
     chat = tokenizer if uses_chat_template(tokenizer) else None
     current_samples = current_phase_samples(current, gamma=config.gamma, chat_template_tokenizer=chat)
@@ -110,7 +182,8 @@ def stage2(config: ProcessConfig, fabric: Any = None) -> None:
     samples = kept + current_samples
     random.Random(config.filter.seed).shuffle(samples)
     target = output.with_name(output.stem + "_filter.jsonl")
-    write_samples(target, samples)
+    with _path_of("output"):
+        write_samples(target, samples)
     print(f"stage 2: {len(kept)} replayed + {len(current_samples)} current steps -> {target}")
 
 
@@ -140,10 +213,14 @@ def _fabric(devices: int) -> Any:
 
 
 def _report(stage: Callable[..., Any], *args: Any) -> str | None:
-    """Run a stage; bad input (missing path, malformed file) becomes a one-line message."""
+    """Run a stage; bad input (a path that cannot be read or written, a malformed file) becomes a one-line message.
+
+    Any OSError counts, not only a missing file: uncaught, it would end rank 0 with a traceback before the broadcast
+    of its stage 1 error, and leave the other ranks of `devices=N` waiting for it.
+    """
     try:
         stage(*args)
-    except (FileNotFoundError, ValueError) as err:
+    except (PathError, OSError, ValueError) as err:
         return str(err)
     return None
 

@@ -27,7 +27,8 @@ class ProcessConfig:
     rollouts: str = ""
     """Stage 1's input: a VisualAgentBench result dir or a trajectory .jsonl."""
     reward_source: str = "orm"
-    """Stage 1's label: orm (the ORM's P(YES) >= 0.5) | evaluator (the evaluator's score >= 0.5)."""
+    """Stage 1's label: orm (the ORM's P(YES) >= 0.5) | evaluator (the evaluator's score >= 0.5). As in a run,
+    episodes the browser, the site or the engine failed get no label, nor, with evaluator, those no evaluator judged."""
     orm: str = ""
     """ORM checkpoint directory (stage 1 with reward_source=orm)."""
     orm_answers: list[str] = field(default_factory=list)
@@ -42,9 +43,10 @@ class ProcessConfig:
     filter: ReplayFilterConfig = field(default_factory=ReplayFilterConfig)
     """Stage 2's experience filter (the run's replay.filter); its seed also shuffles the output."""
     max_length: int = 0
-    """Stage 2: the token limit of the actor that will train on these steps (the run's model.max_length). Each
-    replayed action is then scored after the prompt that actor's batches hold, its page HTML cut to fit, rather
-    than after the whole prompt, which the scorer would cut from the left (instruction first). 0 = no limit."""
+    """The run's model.max_length, the token limit of its models; set it to label and filter as that run would.
+    Stage 1: each ORM prompt over it is scored with less of its final page, as the run's labels stage scores it.
+    Stage 2: each replayed action is scored after the prompt the actor's batches hold, its page HTML cut to fit,
+    rather than after the whole prompt, which the scorer would cut from the left (instruction first). 0 = no limit."""
     batch_size: int = 8
     """Scoring batch size (the ORM in stage 1, the actor in stage 2)."""
     devices: int = 1
@@ -52,7 +54,8 @@ class ProcessConfig:
     sft_out: str = ""
     """Stage 1: also export the successful steps as ShareGPT SFT JSON to this file (empty = no export)."""
     orm_data_out: str = ""
-    """Stage 1: also export ORM ShareGPT JSON to this file (empty = no export)."""
+    """Stage 1: also export ORM ShareGPT JSON to this file (empty = no export), labelled by the evaluators as the
+    run's ORM data is, whatever reward_source labels the rollouts; trajectories no evaluator judged are left out."""
 
     def validate(self) -> None:
         """What each stage needs; each error names the key."""
