@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from lightning.fabric import Fabric
@@ -11,6 +16,7 @@ from sample_records import build_trajectory
 
 import webrl.modules.orm
 import webrl.orm_threshold as orm_threshold
+from tests.calibration_failure_worker import TIMEOUT_S
 from tests.test_orm_data import PatientEnvironment
 from webrl.config import load_config
 from webrl.data.trajectory import read_trajectories
@@ -19,6 +25,8 @@ from webrl.loop_config import WebRLConfig
 from webrl.modules.model_factory import build_tiny_model
 from webrl.orm_data import actor_rollout_tasks
 from webrl.orm_threshold import SCORED_FILE, best_threshold, calibration_dir, ensure_orm_threshold, verdict_figures
+
+FAILURE_WORKER = Path(__file__).with_name("calibration_failure_worker.py")
 
 
 def test_the_threshold_that_separates_the_classes_is_chosen_midway_in_the_gap():
@@ -45,6 +53,16 @@ def test_overlapping_classes_get_the_best_balanced_accuracy_and_ties_go_to_preci
     # A tie in balanced accuracy: 0.85 gives (1/2, 1) and 0.55 gives (1, 1/2), both 0.75; 0.85 is the more precise.
     tie = best_threshold([0.9, 0.8, 0.3, 0.1], [True, False, True, False])
     assert tie.threshold == pytest.approx(0.85) and tie.precision == 1.0
+
+
+def test_a_tie_in_balanced_accuracy_goes_to_precision_however_the_floats_round():
+    # Sorted: S S F S S S F S. 0.845 accepts 2 successes: (2/6 + 1) / 2; 0.565 accepts 5 and a failure: (5/6 + 1/2) / 2.
+    # Both are 2/3, which floats make 0.6666666666666666 and 0.6666666666666667; no other candidate reaches 2/3.
+    scores = [0.95, 0.88, 0.81, 0.74, 0.67, 0.60, 0.53, 0.46]
+    successes = [label == "S" for label in "SSFSSSFS"]
+    choice = best_threshold(scores, successes)
+    assert choice.threshold == pytest.approx(0.845)
+    assert choice.precision == 1.0 and choice.balanced_accuracy == pytest.approx(2 / 3)
 
 
 def test_calibration_rollouts_with_one_outcome_are_refused_naming_the_key():
@@ -153,3 +171,19 @@ def test_a_threshold_asked_for_twice_at_once_is_calibrated_once(tmp_path, monkey
         thread.join()
     assert runs == ["calibration"] and len(choices) == 2 and choices[0] == choices[1]
     assert (choices[0].positives, choices[0].negatives) == (1, 1)
+
+
+@pytest.mark.timeout(8 * TIMEOUT_S)
+def test_a_calibration_that_fails_on_rank_0_stops_every_rank_at_once(tmp_path):
+    """Real two-process gloo Fabric: rank 0's choice raises (rollouts of one outcome); rank 1 raises with it, naming
+    the error, instead of waiting in a collective until the process group's timeout."""
+    env = {**os.environ, "PYTHONPATH": str(FAILURE_WORKER.parent.parent)}
+    command = [sys.executable, str(FAILURE_WORKER), str(tmp_path)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=6 * TIMEOUT_S)
+    records = {rank: tmp_path / f"rank{rank}.json" for rank in (0, 1)}
+    assert all(path.exists() for path in records.values()), result.stderr[-3000:]
+    for rank, path in records.items():
+        record = json.loads(path.read_text())
+        assert "reward.calibration_tasks" in str(record["error"]) and "0 successes of 2" in str(record["error"]), rank
+        assert record["seconds"] < TIMEOUT_S / 2, (rank, record)
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from lightning.fabric import Fabric
 from webrl.cache_builds import build_once
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
-from webrl.data.trajectory import Task, is_success, write_trajectories
+from webrl.data.trajectory import Task, Trajectory, is_success, write_trajectories
 from webrl.loop_config import WebRLConfig
 from webrl.orm_data import ORMDataBuilder, actor_rollout_tasks
 from webrl.web_environment import WebEnvironment
@@ -55,9 +56,7 @@ class ThresholdChoice:
 
 def verdict_figures(scores: list[float], successes: list[bool], threshold: float) -> tuple[float, float, float]:
     """Balanced accuracy, precision and recall of `P(YES) ≥ threshold` against the true outcomes."""
-    accepted = [score >= threshold for score in scores]
-    tp = sum(a and s for a, s in zip(accepted, successes, strict=True))
-    fp = sum(a and not s for a, s in zip(accepted, successes, strict=True))
+    tp, fp = _accepted(scores, successes, threshold)
     positives = sum(successes)
     negatives = len(successes) - positives
     recall = tp / positives
@@ -66,15 +65,26 @@ def verdict_figures(scores: list[float], successes: list[bool], threshold: float
     return (recall + specificity) / 2, precision, recall
 
 
+def _accepted(scores: list[float], successes: list[bool], threshold: float) -> tuple[int, int]:
+    """(successes, failures) that `P(YES) ≥ threshold` accepts: true and false positives."""
+    accepted = [score >= threshold for score in scores]
+    tp = sum(a and s for a, s in zip(accepted, successes, strict=True))
+    fp = sum(a and not s for a, s in zip(accepted, successes, strict=True))
+    return tp, fp
+
+
 def best_threshold(scores: list[float], successes: list[bool], prior: float = 0.5) -> ThresholdChoice:
     """The threshold with the highest balanced accuracy on (`scores`, `successes`).
 
     Candidates are the midpoints between neighbouring distinct scores (and just outside their range), so
     the threshold sits in the gap it was chosen for rather than on a score. Ties go to higher precision
-    (a false success teaches the actor a failure), then to the candidate nearest `prior`.
+    (a false success teaches the actor a failure), then to the candidate nearest `prior`. Candidates are
+    ranked on exact counts: in floats, two balanced accuracies of exactly 2/3 can differ in the last bit
+    ((1/3 + 1) / 2 against (5/6 + 1/2) / 2), and the tie rule would not apply.
     """
     positives = sum(successes)
-    if not positives or positives == len(successes):
+    negatives = len(successes) - positives
+    if not positives or not negatives:
         raise ValueError(
             f"reward.calibration_tasks: the calibration rollouts have {positives} successes of {len(successes)}; "
             "a threshold needs both outcomes, so roll out more tasks"
@@ -84,13 +94,15 @@ def best_threshold(scores: list[float], successes: list[bool], prior: float = 0.
     candidates = [distinct[0] - 1e-6, *gaps, distinct[-1] + 1e-6]
     candidates = [min(max(c, 0.0), 1.0) for c in candidates]
 
-    def rank(threshold: float) -> tuple[float, float, float]:
-        balanced, precision, _ = verdict_figures(scores, successes, threshold)
+    def rank(threshold: float) -> tuple[int, Fraction, float]:
+        tp, fp = _accepted(scores, successes, threshold)
+        balanced = tp * negatives + (negatives - fp) * positives  # balanced accuracy × 2·positives·negatives
+        precision = Fraction(tp, tp + fp) if tp + fp else Fraction(1)
         return balanced, precision, -abs(threshold - prior)
 
     threshold = max(candidates, key=rank)
     balanced, precision, recall = verdict_figures(scores, successes, threshold)
-    return ThresholdChoice(threshold, balanced, precision, recall, positives, len(successes) - positives)
+    return ThresholdChoice(threshold, balanced, precision, recall, positives, negatives)
 
 
 def calibration_tasks(config: WebRLConfig, env: WebEnvironment) -> list[Task]:
@@ -160,20 +172,37 @@ def ensure_orm_threshold(
 
 
 def _calibrate(config: WebRLConfig, fabric: Fabric, env: WebEnvironment, engine: Any, orm: Path, target: Path) -> None:
-    """Roll the SFT actor out on the calibration tasks, score the rollouts with the ORM and write the choice."""
-    from webrl.modules.orm import orm_scorer
+    """Roll the SFT actor out on the calibration tasks; rank 0 scores the rollouts with the ORM and writes the choice.
 
+    Every rank learns whether rank 0's choice failed (rollouts of one outcome only, a scorer that fails) and
+    raises too: waiting for a choice that will not come, the others would sit in a collective until its timeout.
+    """
     tasks = calibration_tasks(config, env)
     if hasattr(engine, "wake_up"):
         engine.wake_up()  # asleep while the ORM trained (engines.sleep)
     fabric.print(f"[orm] choosing the ORM threshold on the SFT actor's rollouts of {len(tasks)} train tasks")
     rollouts = ORMDataBuilder(config, fabric, env, target).run("calibration", engine, tasks, evaluation=False)
+    error: Exception | None = None
     if fabric.is_global_zero:
-        judged = [t for t in rollouts if t.judged_by_evaluator and not t.infra_error]
-        score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length)
-        label_with_orm(judged, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
-        write_trajectories(target / SCORED_FILE, judged)
-        scores = [float(t.orm_score) for t in judged]
-        choice = best_threshold(scores, [is_success(t.eval_reward) for t in judged], config.reward.threshold)
-        write_json_atomic(target / CHOICE_FILE, asdict(choice))
-    fabric.barrier()
+        try:
+            _choose(config, orm, target, rollouts)
+        except Exception as err:  # any failure: the other ranks must hear of it before it is raised
+            error = err
+    failed = fabric.broadcast(None if error is None else f"{type(error).__name__}: {error}", src=0)
+    if error is not None:
+        raise error
+    if failed is not None:
+        raise RuntimeError(f"[orm] the threshold calibration failed on rank 0: {failed}")
+
+
+def _choose(config: WebRLConfig, orm: Path, target: Path, rollouts: list[Trajectory]) -> None:
+    """Score the judged calibration rollouts with the ORM and write them and the threshold chosen on them."""
+    from webrl.modules.orm import orm_scorer
+
+    judged = [t for t in rollouts if t.judged_by_evaluator and not t.infra_error]
+    score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length)
+    label_with_orm(judged, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
+    write_trajectories(target / SCORED_FILE, judged)
+    scores = [float(t.orm_score) for t in judged]
+    choice = best_threshold(scores, [is_success(t.eval_reward) for t in judged], config.reward.threshold)
+    write_json_atomic(target / CHOICE_FILE, asdict(choice))
