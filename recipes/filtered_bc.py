@@ -8,32 +8,82 @@ SFT actor is trained further on them. Run the WebRL recipe first (it writes the 
     python -m recipes.filtered_bc --config baseline_filtered_bc
 
 It prints SFT, Filtered BC and every finished WebRL phase side by side on the held-out tasks, and
-writes `<output_dir>/filtered_bc.json`.
+writes `<output_dir>/filtered_bc.json`. With several processes (`fabric.devices`), every rank trains and rank 0
+alone evaluates and writes. A relaunch reuses the trained actor (`<output_dir>/actor`) while the settings it was
+trained on hold; one that changes them on purpose (`resume.allow_changes=[filtered_bc.percentile]`) trains again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from recipes.evaluate import evaluate_checkpoint
-from recipes.filtered_bc_config import FilteredBCRunConfig
+from recipes.filtered_bc_config import FilteredBCConfig, FilteredBCRunConfig
 from recipes.webrl import keep_config, launch_fabric, recipe_config
 from webrl.baselines import phase_rollouts, successful, top_scored
-from webrl.cache_builds import is_built
+from webrl.cache_builds import DONE_MARKER, build_once, is_built
 from webrl.data.atomic_io import write_json_atomic
-from webrl.data.trajectory import is_success
+from webrl.data.trajectory import Trajectory, is_success
+from webrl.distributed import close_process_group
 from webrl.report import format_comparison
+from webrl.run_config import change_records
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState
 from webrl.starting_models import ensure_sft, train_sft
 from webrl.web_environment import WebEnvironment
 
+if TYPE_CHECKING:
+    from lightning.fabric import Fabric
+
+INPUTS_KEY = "inputs"
+"""The key of the actor's done marker that holds the settings it was trained on (`train_actor`)."""
+
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Train (or reuse) the Filtered BC actor, evaluate it and write the summary; {} on ranks other than 0."""
     config = recipe_config(argv, FilteredBCRunConfig, usage=__doc__)
     settings = config.filtered_bc
+    rollouts, kept, threshold = filtered_rollouts(settings)
+    out_dir = Path(config.output_dir)
+    # Checked here, kept once Fabric has launched: a launch that fails leaves no config.json to refuse the corrected
+    # relaunch.
+    keep_config(out_dir, config, dry_run=True)
+    fabric = launch_fabric(config)
+    keep_config(out_dir, config)
+    target = out_dir / "actor"
+    with WebEnvironment(config) as env:
+        sft, demos = ensure_sft(config, fabric, env)
+        fabric.print(
+            f"[filtered_bc] {len(kept)} of {len(rollouts)} phase-{settings.source_phase} rollouts have a "
+            f"{settings.score} >= {threshold:.3f}; training on them + {len(demos)} demonstrations"
+        )
+        train_actor(config, fabric, sft, kept + demos, target)
+        # The evaluation is one process's (`evaluate_checkpoint`); the other ranks leave rather than wait for it in a
+        # collective, which the process group's timeout (30 minutes) would end before a long evaluation does.
+        close_process_group(fabric)
+        if not fabric.is_global_zero:
+            return {}
+        results = evaluate_checkpoint(config, env, target, name="filtered_bc")
+    summary = {
+        "kept_rollouts": float(len(kept)),
+        "rollouts": float(len(rollouts)),
+        "threshold": threshold,
+        "kept_success_rate": sum(is_success(t.eval_reward or 0.0) for t in kept) / max(1, len(kept)),
+        **actor_marker(target).get("metrics", {}),
+        **{f"test/{k}": v for k, v in results.items()},
+    }
+    write_json_atomic(out_dir / "filtered_bc.json", summary)
+    history = RunState.load(RunLayout(settings.source_run).state_path).history
+    print(format_comparison(history, {"Filtered BC": results}))
+    return summary
+
+
+def filtered_rollouts(settings: FilteredBCConfig) -> tuple[list[Trajectory], list[Trajectory], float]:
+    """The source phase's rollouts, those kept and the cut that kept them; a missing or unusable source is one line."""
     try:
         rollouts = phase_rollouts(Path(settings.source_run), settings.source_phase)
         if settings.score == "orm":
@@ -42,35 +92,42 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             kept, threshold = successful(rollouts)
     except (ValueError, FileNotFoundError) as err:
         raise SystemExit(f"config error: {err}") from None
-    out_dir = Path(config.output_dir)
-    keep_config(out_dir, config)
-    fabric = launch_fabric(config)
-    with WebEnvironment(config) as env:
-        sft, demos = ensure_sft(config, fabric, env)
-        target = out_dir / "actor"
-        print(
-            f"[filtered_bc] {len(kept)} of {len(rollouts)} phase-{settings.source_phase} rollouts have a "
-            f"{settings.score} >= {threshold:.3f}; training on them + {len(demos)} demonstrations"
-        )
-        metrics: dict[str, float] = {}
-        if not is_built(target):
-            inputs = {"filtered_bc": dataclasses.asdict(settings), "seed": config.seed, "sft": str(sft)}
-            metrics = train_sft(
-                config, fabric, sft, kept + demos, target, settings=settings.train, name="filtered_bc", inputs=inputs
-            )
-        results = evaluate_checkpoint(config, env, target, name="filtered_bc")
-    summary = {
-        "kept_rollouts": float(len(kept)),
-        "rollouts": float(len(rollouts)),
-        "threshold": threshold,
-        "kept_success_rate": sum(is_success(t.eval_reward or 0.0) for t in kept) / max(1, len(kept)),
-        **metrics,
-        **{f"test/{k}": v for k, v in results.items()},
-    }
-    write_json_atomic(out_dir / "filtered_bc.json", summary)
-    history = RunState.load(RunLayout(settings.source_run).state_path).history
-    print(format_comparison(history, {"Filtered BC": results}))
-    return summary
+    return rollouts, kept, threshold
+
+
+def train_actor(
+    config: FilteredBCRunConfig, fabric: Fabric, sft: Path, trajectories: list[Trajectory], target: Path
+) -> None:
+    """Train the actor at `target` on `trajectories`, unless one trained on the same settings stands there.
+
+    The settings (`filtered_bc.*`, the seed, the SFT actor) are recorded in the actor's done marker, so that a
+    relaunch that changes one on purpose (`resume.allow_changes=[filtered_bc.percentile]`) trains again instead
+    of evaluating an actor of the old cut under the new cut's figures. A marker without them (an actor trained
+    before they were recorded, or a save killed before they were added) is trusted only while the run has
+    accepted no change (config_changes.json): its settings are then those of every launch. Every rank trains or
+    reuses by rank 0's answer (`build_once`).
+    """
+    settings = {"filtered_bc": dataclasses.asdict(config.filtered_bc), "seed": config.seed, "sft": str(sft)}
+    inputs = json.loads(json.dumps(settings))  # as the marker holds them: tuples become lists
+
+    def trained(path: Path) -> bool:
+        if not is_built(path):
+            return False
+        recorded = actor_marker(path).get(INPUTS_KEY)
+        return recorded == inputs if recorded is not None else not change_records(Path(config.output_dir))
+
+    def train() -> None:
+        stage = config.filtered_bc.train
+        train_sft(config, fabric, sft, trajectories, target, settings=stage, name="filtered_bc", inputs=inputs)
+        if fabric.is_global_zero:
+            write_json_atomic(target / DONE_MARKER, {**actor_marker(target), INPUTS_KEY: inputs})
+
+    build_once(target, train, fabric, done=trained)
+
+
+def actor_marker(target: Path) -> dict[str, Any]:
+    """The trained actor's done marker: its training metrics (those of the launch that trained it) and settings."""
+    return json.loads((target / DONE_MARKER).read_text(encoding="utf-8"))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from webrl.config_checks import at_least, one_of, within
 from webrl.loop_config import WebRLConfig
+from webrl.run_config import absolute_unless_keyword
 from webrl.stage_settings import StageSettings
 
 
@@ -24,7 +25,7 @@ class FilteredBCConfig:
     """
 
     source_run: str = "runs/webrl_tiny"
-    """The WebRL run whose labelled rollouts are filtered (its `phase_NNN/labelled.jsonl`)."""
+    """The WebRL run whose labelled rollouts are filtered (its `phase_NNN/labelled.jsonl`); made absolute when read."""
     source_phase: int = 1
     """Phase of `source_run` whose rollouts are used."""
     score: str = "orm"
@@ -50,7 +51,10 @@ class FilteredBCRunConfig(WebRLConfig):
         at_least("filtered_bc.source_phase", self.filtered_bc.source_phase, 0)
 
     def resolve(self) -> None:
-        """The run's paths, then `filtered_bc.source_run`'s leading `~` expanded, as `HOME_PATH_KEYS`' are: a shell
-        leaves `filtered_bc.source_run=~/runs/x` as typed, which would name a folder `~` of the current one."""
+        """The run's paths, then `filtered_bc.source_run`: its leading `~` expanded, as `HOME_PATH_KEYS`' are (a shell
+        leaves `filtered_bc.source_run=~/runs/x` as typed, which would name a folder `~` of the current one), and the
+        path made absolute, as those of `PATH_KEYS` are (`RECIPE_PATH_KEYS`): a relative one kept as typed would read
+        another run when the directory is relaunched from another folder."""
         super().resolve()
-        self.filtered_bc.source_run = os.path.expanduser(self.filtered_bc.source_run)
+        source_run = os.path.expanduser(self.filtered_bc.source_run)
+        self.filtered_bc.source_run = absolute_unless_keyword("filtered_bc.source_run", source_run)

@@ -98,14 +98,17 @@ def keep_config(run_dir: Path, config: WebRLConfig, *, dry_run: bool = False) ->
 def launch_fabric(config: WebRLConfig, loggers: list | None = None) -> Fabric:
     """The run's Fabric, launched: with several devices this starts the other processes, which rerun the recipe.
 
-    Lightning's refusal of a layout this machine cannot run (FSDP1 with `fabric.accelerator=auto` and no GPU)
-    is a config error, one line, and so is a torchrun or srun layout other than `fabric.devices` x
-    `fabric.num_nodes` (`webrl.distributed.check_launcher`).
+    Lightning's refusal of a layout this machine cannot run (FSDP1 with `fabric.accelerator=auto` and no GPU,
+    `fabric.accelerator=cuda` without CUDA) is a config error, one line, and so is a torchrun or srun layout other
+    than `fabric.devices` x `fabric.num_nodes` (`webrl.distributed.check_launcher`).
     """
     from webrl.distributed import build_fabric
 
     try:
-        fabric = build_fabric(config.fabric, loggers=loggers)
+        try:
+            fabric = build_fabric(config.fabric, loggers=loggers)
+        except RuntimeError as err:  # Lightning's: an accelerator this machine lacks (`cuda` without CUDA)
+            raise ValueError(str(err).splitlines()[0]) from None
         fabric.launch()
     except ConfigError as err:
         raise SystemExit(f"config error: {err}") from None

@@ -53,15 +53,20 @@ settings (vLLM's budget and sleep, activation checkpointing: the same numbers in
 PATH_KEYS = ("output_dir", "model.cache_dir", "model.actor", "model.orm")
 """Keys holding paths, made absolute when the config is read (an empty value stays empty). A config.json written
 before that may hold one relative: it is compared as relative to the current folder, where it was read then."""
+RECIPE_PATH_KEYS = ("filtered_bc.source_run",)
+"""Keys of a recipe's own section holding paths (`recipes.filtered_bc_config`): its config's `resolve` makes them
+absolute, and they are compared as those of `PATH_KEYS` are. The run config lacks those sections, so its own
+`resolve` leaves them to the recipe's."""
 KEYWORD_PATH_KEYS = {"model.base": ("tiny", "smollm2"), "env.suite": ("embedded",)}
 """Keys holding a keyword or a path; a path is made absolute as those of `PATH_KEYS` are. The SFT cache key holds
 them, so a relative `model.base=models/llama` named from two folders would otherwise key two models alike."""
 
 
 def absolute_unless_keyword(key: str, value: Any) -> Any:
-    """`value` made absolute when `key` holds paths (`PATH_KEYS`, or `KEYWORD_PATH_KEYS` other than their keywords);
-    anything else, an empty value included, as it is."""
-    is_path = key in PATH_KEYS or (key in KEYWORD_PATH_KEYS and value not in KEYWORD_PATH_KEYS[key])
+    """`value` made absolute when `key` holds paths (`PATH_KEYS`, `RECIPE_PATH_KEYS`, or `KEYWORD_PATH_KEYS` other
+    than their keywords); anything else, an empty value included, as it is."""
+    keyword_path = key in KEYWORD_PATH_KEYS and value not in KEYWORD_PATH_KEYS[key]
+    is_path = key in PATH_KEYS or key in RECIPE_PATH_KEYS or keyword_path
     return str(absolute_path(value)) if is_path and isinstance(value, str) and value else value
 
 
@@ -107,9 +112,9 @@ def changed_keys(
     started before the key existed, and a new key's default keeps the behaviour from before it. With any other
     value it is one, `(absent) → value`; so is any value of a key among `held` (those the run's settings have
     held, `saved_keys`), which `saved` lacks because an accepted change removed it (a dict entry left out), so
-    that putting it back is a change back. Paths (`PATH_KEYS`, `KEYWORD_PATH_KEYS`) are compared made absolute, so
-    a relaunch of a run whose config.json holds one relative is not refused for the new absolute spelling of the
-    same place.
+    that putting it back is a change back. Paths (`PATH_KEYS`, `RECIPE_PATH_KEYS`, `KEYWORD_PATH_KEYS`) are compared
+    made absolute, so a relaunch of a run whose config.json holds one relative is not refused for the new absolute
+    spelling of the same place.
     """
     old, new, default = _flat(saved), _flat(current), _flat(defaults)
     changed = {key: (old.get(key, ABSENT), new.get(key, ABSENT)) for key in sorted(old.keys() | new.keys())}
@@ -128,7 +133,7 @@ def _flat(tree: dict[str, Any]) -> dict[str, Any]:
 
 
 def _absolute_paths(flat: dict[str, Any]) -> dict[str, Any]:
-    """`flat` with each non-empty path of `PATH_KEYS` and `KEYWORD_PATH_KEYS` absolute."""
+    """`flat` with each non-empty path of `PATH_KEYS`, `RECIPE_PATH_KEYS` and `KEYWORD_PATH_KEYS` absolute."""
     return {key: absolute_unless_keyword(key, value) for key, value in flat.items()}
 
 

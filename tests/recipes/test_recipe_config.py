@@ -49,7 +49,8 @@ def test_filtered_bc_config_is_the_run_config_plus_its_own_section():
     config = recipe_config(argv, FilteredBCRunConfig)
     assert isinstance(config, WebRLConfig)
     assert config.output_dir == str(Path.cwd() / "runs/filtered_bc") and config.phases == 2  # made absolute once
-    assert config.filtered_bc == FilteredBCConfig(source_run="runs/webrl_tiny", source_phase=1, percentile=50.0)
+    source_run = str(Path.cwd() / "runs/webrl_tiny")  # made absolute too (RECIPE_PATH_KEYS)
+    assert config.filtered_bc == FilteredBCConfig(source_run=source_run, source_phase=1, percentile=50.0)
 
 
 @pytest.mark.parametrize(
@@ -98,6 +99,18 @@ def test_a_launch_lightning_refuses_is_one_line_and_keeps_no_config(tmp_path, mo
     assert message.startswith("config error: fabric.*: ") and "FSDP" in message and "\n" not in message
     assert not (run_dir / "config.json").exists()
     assert webrl.main([f"output_dir={run_dir}", "--dry-run"]) == []
+
+
+def test_an_accelerator_this_machine_lacks_is_one_line_and_keeps_no_config(tmp_path, monkeypatch):
+    if __import__("torch").cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit) as refused:
+        webrl.main([f"output_dir={run_dir}", "fabric.accelerator=cuda"])
+    message = str(refused.value.code)
+    assert message.startswith("config error: fabric.*: ") and "CUDA" in message.upper() and "\n" not in message
+    assert not (run_dir / "config.json").exists()
 
 
 def test_fp16_mixed_precision_on_cpu_is_refused_naming_the_key():
