@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from recipes.evaluate import evaluate_checkpoint
 from recipes.filtered_bc_config import FilteredBCConfig, FilteredBCRunConfig
-from recipes.webrl import keep_config, launch_fabric, recipe_config
+from recipes.webrl import launch_and_keep, recipe_config
 from webrl.baselines import phase_rollouts, successful, top_scored
 from webrl.cache_builds import DONE_MARKER, build_once, is_built
 from webrl.data.atomic_io import write_json_atomic
@@ -49,11 +49,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     settings = config.filtered_bc
     rollouts, kept, threshold = filtered_rollouts(settings)
     out_dir = Path(config.output_dir)
-    # Checked here, kept once Fabric has launched: a launch that fails leaves no config.json to refuse the corrected
-    # relaunch.
-    keep_config(out_dir, config, dry_run=True)
-    fabric = launch_fabric(config)
-    keep_config(out_dir, config)
+    fabric = launch_and_keep(out_dir, config)
     target = out_dir / "actor"
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)

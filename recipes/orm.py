@@ -22,7 +22,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from recipes.webrl import engine_options, keep_config, launch_fabric, recipe_config
+from recipes.webrl import engine_options, launch_and_keep, recipe_config
 from webrl.cache_builds import DONE_MARKER
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
@@ -39,8 +39,8 @@ from webrl.web_environment import WebEnvironment
 def main(argv: list[str] | None = None) -> dict[str, float]:
     config = recipe_config(argv, usage=__doc__)
     out_dir = Path(config.output_dir) / "orm"
-    keep_config(out_dir, config)  # orm_eval.jsonl resumes by task id: another actor must not reuse its rollouts
-    fabric = launch_fabric(config)
+    # orm_eval.jsonl resumes by task id: another actor must not reuse its rollouts.
+    fabric = launch_and_keep(out_dir, config)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)
         engine = build_engine(config.rollout.engine, sft, **engine_options(config))
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             )
         finally:
             engine.close()
-    score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length)
+    score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length, device=fabric.device)
     label_with_orm(held_out, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
     results = {**agreement(held_out), **success_by_site(held_out, key="eval_reward")}
     results["orm/threshold"] = config.reward.threshold

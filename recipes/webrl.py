@@ -117,6 +117,18 @@ def launch_fabric(config: WebRLConfig, loggers: list | None = None) -> Fabric:
     return fabric
 
 
+def launch_and_keep(run_dir: Path, config: WebRLConfig, loggers: list | None = None) -> Fabric:
+    """Check `config` against the one `run_dir` keeps, launch Fabric, then keep it.
+
+    Kept only once Fabric has launched: a launch that fails (a GPU this machine lacks) leaves no config.json to
+    refuse the corrected relaunch as a change of settings.
+    """
+    keep_config(run_dir, config, dry_run=True)
+    fabric = launch_fabric(config, loggers)
+    keep_config(run_dir, config)
+    return fabric
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     argv = list(sys.argv[1:] if argv is None else argv)
     dry_run = "--dry-run" in argv
@@ -148,8 +160,7 @@ def run(config: WebRLConfig) -> list[dict]:
     run_dir = Path(config.output_dir)
     primary = launch_rank(config.fabric) == 0
     loggers = build_loggers(run_dir, config.tracking, config_to_dict(config), run_dir.name, primary=primary)
-    fabric = launch_fabric(config, loggers)
-    keep_config(run_dir, config)
+    fabric = launch_and_keep(run_dir, config, loggers)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)
         has_engine = config.engines.engine_index(fabric) is not None

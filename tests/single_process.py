@@ -19,6 +19,7 @@ class SingleProcess:
     local_rank: int = 0
     world_size: int = 1
     is_global_zero: bool = True
+    device: str = "cpu"
     loggers: list[object] = field(default_factory=list)
 
     def barrier(self) -> None:

@@ -199,7 +199,9 @@ class PhaseLoop:
             if self.config.reward.orm_labels:
                 if self.orm_dir is None:
                     raise ValueError("reward.orm_labels needs an ORM (model.orm, or let recipes.webrl train one)")
-                score, chat = orm_scorer(self.orm_dir, batch_size=8, max_length=self.config.model.max_length)
+                score, chat = orm_scorer(
+                    self.orm_dir, batch_size=8, max_length=self.config.model.max_length, device=self.fabric.device
+                )
                 label_with_orm(trajectories, score, chat_template_tokenizer=chat, threshold=self.orm_threshold)
             for trajectory in trajectories:
                 source = trajectory.orm_reward if self.config.reward.source == "orm" else trajectory.eval_reward

@@ -185,7 +185,7 @@ def _calibrate(config: WebRLConfig, fabric: Fabric, env: WebEnvironment, engine:
     error: Exception | None = None
     if fabric.is_global_zero:
         try:
-            _choose(config, orm, target, rollouts)
+            _choose(config, orm, target, rollouts, fabric.device)
         except Exception as err:  # any failure: the other ranks must hear of it before it is raised
             error = err
     failed = fabric.broadcast(None if error is None else f"{type(error).__name__}: {error}", src=0)
@@ -195,12 +195,12 @@ def _calibrate(config: WebRLConfig, fabric: Fabric, env: WebEnvironment, engine:
         raise RuntimeError(f"[orm] the threshold calibration failed on rank 0: {failed}")
 
 
-def _choose(config: WebRLConfig, orm: Path, target: Path, rollouts: list[Trajectory]) -> None:
+def _choose(config: WebRLConfig, orm: Path, target: Path, rollouts: list[Trajectory], device: Any) -> None:
     """Score the judged calibration rollouts with the ORM and write them and the threshold chosen on them."""
     from webrl.modules.orm import orm_scorer
 
     judged = [t for t in rollouts if t.judged_by_evaluator and not t.infra_error]
-    score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length)
+    score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length, device=device)
     label_with_orm(judged, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
     write_trajectories(target / SCORED_FILE, judged)
     scores = [float(t.orm_score) for t in judged]

@@ -59,6 +59,25 @@ def test_the_loop_labels_rollouts_at_the_configured_threshold(tmp_path, make_tra
     assert [t.outcome for t in loop.layout.labelled(1)] == [0.0, 1.0]
 
 
+def test_the_loop_scores_with_the_orm_on_its_process_s_device(tmp_path, make_trajectory, monkeypatch):
+    """On a GPU run the ORM must score where the process trains, not on the CPU it loads on."""
+    config = load_config(WebRLConfig, [f"output_dir={tmp_path / 'run'}", "reward.threshold=0.7"])
+    gpu = SingleProcess(device="cuda:3")
+    loop = PhaseLoop(config, gpu, None, None, sft_dir=tmp_path / "sft", orm_dir=tmp_path / "orm", demonstrations=[])
+    rollouts = [make_trajectory("t0", outcome=None)]
+    write_json_atomic(loop.layout.tasks_path(1), [t.task.to_dict() for t in rollouts])
+    write_trajectories(loop.layout.rollouts_path(1, 0), rollouts)
+    devices = []
+
+    def scorer(path, **kwargs):
+        devices.append(kwargs.get("device", "cpu"))
+        return lambda prompts: [0.9] * len(prompts), None
+
+    monkeypatch.setattr(loop_module, "orm_scorer", scorer)
+    loop._labels(1)
+    assert devices == ["cuda:3"]
+
+
 class PartialCreditPage:
     """TEST DOUBLE of a MiniWoB page whose episode ended with a raw reward of 0.99."""
 

@@ -74,6 +74,15 @@ def test_orm_scorer_of_a_checkpoint_reads_p_yes_at_the_answer_position(tiny_dir)
     assert score(prompts) == pytest.approx(orm.score_prompts(prompts, batch_size=1).tolist(), abs=1e-5)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_orm_scorer_scores_on_the_device_it_is_given(tiny_dir):
+    prompts = [prompt for prompt, _ in LABELLED[:3]]
+    on_cpu, _ = orm_scorer(tiny_dir, batch_size=2)
+    on_gpu, _ = orm_scorer(tiny_dir, batch_size=2, device="cuda")
+    assert on_gpu(prompts) == pytest.approx(on_cpu(prompts), abs=1e-4)
+
+
 def test_score_builds_the_prompt_from_parts(tiny):
     model, tokenizer = tiny
     orm = OutcomeRewardModule(model, tokenizer)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from recipes import filtered_bc
+from recipes import webrl as webrl_recipe
 from recipes.filtered_bc_config import FilteredBCRunConfig
 from tests.sample_records import build_trajectory
 from webrl.cache_builds import DONE_MARKER
@@ -61,7 +62,7 @@ class Recipe:
         rollouts = [build_trajectory(f"t{i}", orm_score=i / 10, eval_reward=float(i > 5)) for i in range(10)]
         write_trajectories(source.labelled_path(1), rollouts)
         self.argv = [f"output_dir={root / 'out'}", f"filtered_bc.source_run={source.root}"]
-        monkeypatch.setattr(filtered_bc, "launch_fabric", lambda config: self.fabric)
+        monkeypatch.setattr(webrl_recipe, "launch_fabric", lambda config, loggers=None: self.fabric)
         monkeypatch.setattr(filtered_bc, "WebEnvironment", NoBrowser)
         monkeypatch.setattr(filtered_bc, "ensure_sft", lambda config, fabric, env: (root / "sft", []))
         monkeypatch.setattr(filtered_bc, "train_sft", self.train_sft)
@@ -136,16 +137,16 @@ def test_an_actor_trained_before_its_settings_were_recorded_is_reused_until_a_ch
 def test_a_failed_launch_leaves_no_config_to_refuse_the_corrected_relaunch(tmp_path, monkeypatch):
     recipe = Recipe(tmp_path, monkeypatch)
 
-    def refuse(config: FilteredBCRunConfig) -> None:
+    def refuse(config: FilteredBCRunConfig, loggers: list | None = None) -> None:
         raise SystemExit("config error: fabric.*: this machine has no GPU")
 
-    monkeypatch.setattr(filtered_bc, "launch_fabric", refuse)
+    monkeypatch.setattr(webrl_recipe, "launch_fabric", refuse)
     with pytest.raises(SystemExit, match="no GPU"):
         recipe.run("fabric.accelerator=cuda")
     assert not (tmp_path / "out" / "config.json").exists()
-    monkeypatch.setattr(filtered_bc, "launch_fabric", lambda config: recipe.fabric)
+    monkeypatch.setattr(webrl_recipe, "launch_fabric", lambda config, loggers=None: recipe.fabric)
     assert recipe.run()["test/success_rate"] == 0.3
-    monkeypatch.setattr(filtered_bc, "launch_fabric", refuse)
+    monkeypatch.setattr(webrl_recipe, "launch_fabric", refuse)
     with pytest.raises(SystemExit, match="filtered_bc.percentile"):  # a changed setting is refused before the launch
         recipe.run("filtered_bc.percentile=30")
 

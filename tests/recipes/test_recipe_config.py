@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes import filtered_bc, webrl
+from recipes import filtered_bc, orm, webrl
 from recipes.filtered_bc_config import FilteredBCConfig, FilteredBCRunConfig
 from recipes.webrl import CONFIG_DIR, recipe_config
 from webrl.loop_config import WebRLConfig
@@ -111,6 +111,15 @@ def test_an_accelerator_this_machine_lacks_is_one_line_and_keeps_no_config(tmp_p
     message = str(refused.value.code)
     assert message.startswith("config error: fabric.*: ") and "CUDA" in message.upper() and "\n" not in message
     assert not (run_dir / "config.json").exists()
+
+
+def test_the_orm_recipe_keeps_no_config_when_its_launch_fails(tmp_path, monkeypatch):
+    if __import__("torch").cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    with pytest.raises(SystemExit, match="^config error: fabric"):
+        orm.main([f"output_dir={tmp_path}", "fabric.accelerator=cuda"])
+    assert not (tmp_path / "orm" / "config.json").exists()
 
 
 def test_fp16_mixed_precision_on_cpu_is_refused_naming_the_key():

@@ -373,10 +373,15 @@ def orm_scorer(
     batch_size: int = 4,
     answer_words: tuple[str, str] | None = None,
     max_length: int | None = None,
+    device: torch.device | str = "cpu",
 ) -> tuple[OrmScorer, Any]:
-    """P(YES) scorer of an ORM checkpoint directory (`OutcomeRewardModule`), and the chat tokenizer its prompts
-    need (None when the ORM's tokenizer has no chat template: the completion form)."""
-    orm = OutcomeRewardModule(path, answer_words=answer_words, max_length=max_length)
+    """P(YES) scorer of an ORM checkpoint directory (`OutcomeRewardModule`) on `device`, and the chat tokenizer its
+    prompts need (None when the ORM's tokenizer has no chat template: the completion form).
+
+    Callers pass their process's device (`fabric.device`): the module loads on the CPU, where a GPU run's labels
+    stage would otherwise score every rollout with an 8B ORM.
+    """
+    orm = OutcomeRewardModule(path, answer_words=answer_words, max_length=max_length).to(device)
 
     def score(prompts: list[str]) -> list[float]:
         return orm.score_prompts(prompts, batch_size=batch_size).tolist()

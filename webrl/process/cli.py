@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from webrl.config import ConfigError, load_config
-from webrl.data.labels import label_with_evaluator, labelable
+from webrl.data.labels import label_with_evaluator, label_with_orm, labelable
 from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import current_phase_samples, filter_by_perplexity
 from webrl.data.steps import write_samples
@@ -120,24 +120,21 @@ def _labelable(config: ProcessConfig, rollouts: list[Trajectory]) -> list[Trajec
 
 
 def _label_with_orm(config: ProcessConfig, trajectories: list[Trajectory], fabric: Any) -> None:
-    """The ORM's labels at the run's default `reward.threshold`, each prompt fitted to `max_length` as the run's
-    labels stage fits it to `model.max_length` (`webrl.modules.orm.orm_scorer`): scored whole, a long page would
-    give another P(YES), so another label, than the run gives the same episode.
-
-    The module is built here rather than through `orm_scorer`, which leaves it on the CPU it loads on.
-    """
-    from webrl.modules.orm import OutcomeRewardModule
+    """The ORM's labels at the run's default `reward.threshold`, scored as the run's labels stage scores them
+    (`webrl.modules.orm.orm_scorer`, prompts fitted to `max_length` as the run fits them to `model.max_length`):
+    scored whole, a long page would give another P(YES), so another label, than the run gives the same episode."""
+    from webrl.modules.orm import orm_scorer
 
     answers = tuple(config.orm_answers) if config.orm_answers else None
     with _path_of("orm"):
-        orm = OutcomeRewardModule(
+        score, chat = orm_scorer(
             config.orm,
+            batch_size=config.batch_size,
             answer_words=answers,
-            threshold=_default_orm_threshold(),
             max_length=config.max_length or None,
+            device=scoring_device(fabric),
         )
-    orm = orm.to(scoring_device(fabric))
-    orm.label(trajectories, batch_size=config.batch_size)
+    label_with_orm(trajectories, score, chat_template_tokenizer=chat, threshold=_default_orm_threshold())
 
 
 def _default_orm_threshold() -> float:
