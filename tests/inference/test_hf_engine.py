@@ -83,7 +83,7 @@ def test_max_tokens_ends_with_length(engine: HFEngine, prompts: list[str]) -> No
 
 def test_a_prompt_longer_than_the_model_is_an_error_naming_it(tiny_model_dir, prompts: list[str]) -> None:
     engine = HFEngine(tiny_model_dir, max_model_len=20)
-    with pytest.raises(ValueError, match="prompt 0 has .* tokens; the model accepts fewer than 20"):
+    with pytest.raises(ValueError, match="prompt 0 has .* tokens; the model takes fewer than 20"):
         engine.generate([prompts[0], "short"], SamplingParams(max_tokens=2))
 
 

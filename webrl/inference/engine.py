@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from webrl.data.prompts import prompt_token_ids
+
 ENGINE_KINDS = ("hf", "vllm", "openai")
 
 
@@ -122,6 +124,16 @@ def with_tied_head(weights: Iterable[tuple[str, Any]], ties_embeddings: bool) ->
         yield name, tensor.detach()
     if ties_embeddings and not has_head and embedding is not None:
         yield "lm_head.weight", embedding.detach()
+
+
+def encode_prompts(tokenizer: Any, prompts: list[str], max_model_len: int) -> list[list[int]]:
+    """Each prompt's ids as training encodes them (`prompt_token_ids`: one BOS), refused when the model could not
+    add a single token to it; the error names the prompt's index."""
+    encoded = [prompt_token_ids(tokenizer, prompt) for prompt in prompts]
+    for index, ids in enumerate(encoded):
+        if len(ids) >= max_model_len:
+            raise ValueError(f"prompt {index} has {len(ids)} tokens; the model takes fewer than {max_model_len}")
+    return encoded
 
 
 def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:

@@ -27,11 +27,11 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from webrl.data.prompts import prompt_token_ids
 from webrl.inference.engine import (
     Completion,
     SamplingParams,
     digest_seed,
+    encode_prompts,
     torch_threads,
     truncate_at_stop,
     with_tied_head,
@@ -104,12 +104,7 @@ class HFEngine:
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         model = self._require_model()
-        encoded = [prompt_token_ids(self.tokenizer, p) for p in prompts]
-        for index, ids in enumerate(encoded):
-            if len(ids) >= self.max_model_len:
-                raise ValueError(
-                    f"prompt {index} has {len(ids)} tokens; the model accepts fewer than {self.max_model_len}"
-                )
+        encoded = encode_prompts(self.tokenizer, prompts, self.max_model_len)
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[Completion | None] = [None] * len(prompts)
         with torch_threads(self.num_threads), _seeded(_call_seed(params, len(prompts)), self.device), torch.no_grad():

@@ -44,9 +44,8 @@ from typing import Any
 
 import torch
 
-from webrl.data.prompts import prompt_token_ids
 from webrl.hardware import cpu_computes_bf16, cpu_engine_dtype
-from webrl.inference.engine import Completion, SamplingParams, torch_threads, with_tied_head
+from webrl.inference.engine import Completion, SamplingParams, encode_prompts, torch_threads, with_tied_head
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +127,7 @@ class VLLMEngine:
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
-        encoded = [prompt_token_ids(self.tokenizer, prompt) for prompt in prompts]
-        for index, ids in enumerate(encoded):
-            if len(ids) >= self.max_model_len:
-                raise ValueError(
-                    f"prompt {index} has {len(ids)} tokens; the model takes fewer than {self.max_model_len}"
-                )
+        encoded = encode_prompts(self.tokenizer, prompts, self.max_model_len)
         sampling = [
             VLLMSamplingParams(
                 temperature=params.temperature,
