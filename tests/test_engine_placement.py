@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero_only
 
 from recipes import webrl
 from webrl.config import ConfigError, load_config
@@ -44,6 +46,9 @@ ranks go round-robin over the nodes, so node 1's local rank 0 is global rank 1, 
 
 
 def test_under_srun_cyclic_each_nodes_engine_is_on_its_local_rank_zero(monkeypatch):
+    # Building a DDP Fabric sets Lightning's process-wide rank; left at 3, later tests' loggers would log nothing.
+    monkeypatch.setattr(rank_zero_only, "rank", rank_zero_only.rank)
+    monkeypatch.setattr(utils_rank_zero_only, "rank", utils_rank_zero_only.rank)
     for name in ("TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     slurm = {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "2", "SLURM_JOB_NAME": "webrl"}
