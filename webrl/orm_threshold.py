@@ -24,7 +24,7 @@ from lightning.fabric import Fabric
 
 from webrl.cache_builds import build_once
 from webrl.data.atomic_io import write_json_atomic
-from webrl.data.labels import label_with_orm
+from webrl.data.labels import label_with_orm, labelable
 from webrl.data.trajectory import Task, Trajectory, is_success, write_trajectories
 from webrl.loop_config import WebRLConfig
 from webrl.orm_data import ORMDataBuilder, actor_rollout_tasks
@@ -199,7 +199,7 @@ def _choose(config: WebRLConfig, orm: Path, target: Path, rollouts: list[Traject
     """Score the judged calibration rollouts with the ORM and write them and the threshold chosen on them."""
     from webrl.modules.orm import orm_scorer
 
-    judged = [t for t in rollouts if t.judged_by_evaluator and not t.infra_error]
+    judged, _ = labelable(rollouts, by_evaluator=True)  # the evaluators' verdicts are what the ORM is matched to
     score, chat = orm_scorer(orm, batch_size=8, max_length=config.model.max_length, device=device)
     label_with_orm(judged, score, chat_template_tokenizer=chat, threshold=config.reward.threshold)
     write_trajectories(target / SCORED_FILE, judged)
