@@ -70,6 +70,24 @@ def test_calibration_rollouts_with_one_outcome_are_refused_naming_the_key():
         best_threshold([0.2, 0.5, 0.9], [False, False, False])
 
 
+@pytest.mark.parametrize(
+    ("scores", "successes"),
+    [
+        ([0.5, 0.5, 0.5, 0.5], [True, False, True, False]),  # one score for all: only "all" or "none"
+        ([0.1, 0.2, 0.8, 0.9], [True, True, False, False]),  # every failure ranked above every success
+    ],
+    ids=["constant", "inverted"],
+)
+def test_scores_no_threshold_makes_better_than_chance_are_refused(scores, successes):
+    # Accepting none and accepting all both give balanced accuracy 1/2, and precision (1 when none is accepted)
+    # would pick "none": a run labelling no rollout a success. It must stop instead, naming the key and the way out.
+    with pytest.raises(ValueError, match=r"reward.calibration_tasks: no threshold .* 2 successes from the 2 failures"):
+        best_threshold(scores, successes)
+    # Better than chance is a choice, however weak: 0.85 accepts one success and no failure, (1/2 + 1) / 2.
+    weak = best_threshold([0.1, 0.2, 0.8, 0.9], [True, False, False, True])
+    assert (weak.threshold, weak.balanced_accuracy) == pytest.approx((0.85, 0.75))
+
+
 def test_a_negative_calibration_size_is_refused_naming_the_key():
     with pytest.raises(ValueError, match="reward.calibration_tasks"):
         load_config(WebRLConfig, ["reward.calibration_tasks=-1"])

@@ -80,7 +80,9 @@ def best_threshold(scores: list[float], successes: list[bool], prior: float = 0.
     the threshold sits in the gap it was chosen for rather than on a score. Ties go to higher precision
     (a false success teaches the actor a failure), then to the candidate nearest `prior`. Candidates are
     ranked on exact counts: in floats, two balanced accuracies of exactly 2/3 can differ in the last bit
-    ((1/3 + 1) / 2 against (5/6 + 1/2) / 2), and the tie rule would not apply.
+    ((1/3 + 1) / 2 against (5/6 + 1/2) / 2), and the tie rule would not apply. Scores that no threshold turns into
+    better than chance (all equal, or ranking failures above successes) are refused: the tie rule would pick the
+    threshold above every score, and the run would go on with an ORM that labels no rollout a success.
     """
     positives = sum(successes)
     negatives = len(successes) - positives
@@ -101,6 +103,12 @@ def best_threshold(scores: list[float], successes: list[bool], prior: float = 0.
         return balanced, precision, -abs(threshold - prior)
 
     threshold = max(candidates, key=rank)
+    if rank(threshold)[0] <= positives * negatives:  # balanced accuracy ≤ 1/2: accepting none would "win" on precision
+        raise ValueError(
+            f"reward.calibration_tasks: no threshold tells the {positives} successes from the {negatives} failures "
+            "better than chance (best balanced accuracy 0.5): the ORM's scores carry no signal for this actor, and "
+            "every threshold would label nothing or everything a success; retrain the ORM or use reward.source=evaluator"
+        )
     balanced, precision, recall = verdict_figures(scores, successes, threshold)
     return ThresholdChoice(threshold, balanced, precision, recall, positives, negatives)
 
