@@ -171,3 +171,48 @@ def test_rank_zero_tells_the_other_ranks_its_output_cannot_be_written(tmp_path, 
     error = _run_stages(load_config(ProcessConfig, argv), fabric)
     assert error is not None and error.startswith("output: ")
     assert fabric.sent == [error]
+
+
+def test_rank_zero_tells_the_other_ranks_of_a_stage1_crash(tmp_path, capsys, monkeypatch, make_trajectory):
+    # Not bad input but a failure inside stage 1 (here the labelling itself): raised on rank 0, it would leave the
+    # other ranks in the broadcast until the process group's timeout.
+    import webrl.process.cli
+
+    def broken(trajectories):
+        raise KeyError("eval_reward")
+
+    monkeypatch.setattr(webrl.process.cli, "label_with_evaluator", broken)
+    rollouts = tmp_path / "rollouts.jsonl"
+    write_trajectories(rollouts, [make_trajectory("a", outcome=None, eval_reward=1.0)])
+    argv = ["stage=[1]", f"rollouts={rollouts}", "reward_source=evaluator", f"output={tmp_path / 'out.jsonl'}"]
+    fabric = _RankZero()
+    error = _run_stages(load_config(ProcessConfig, argv), fabric)
+    assert error == "stage 1 failed on rank 0: KeyError: 'eval_reward'"
+    assert fabric.sent == [error]
+    assert "Traceback" in capsys.readouterr().err  # rank 0 keeps the traceback of what was not bad input
+
+
+def _corrupt(model_dir, target, how: str):
+    """A copy of `model_dir` whose weights do not fit its config.json, or whose weights file is cut in half."""
+    import shutil
+
+    shutil.copytree(model_dir, target)
+    if how == "config":
+        config = json.loads((target / "config.json").read_text())
+        config["intermediate_size"] *= 2
+        (target / "config.json").write_text(json.dumps(config))
+    else:
+        weights = (target / "model.safetensors").read_bytes()
+        (target / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    return target
+
+
+@pytest.mark.parametrize("how", ["config", "weights"])
+def test_a_model_directory_that_does_not_load_is_one_error_line_naming_its_key(
+    tmp_path, capsys, tiny_model_dir, make_trajectory, how
+):
+    orm = _corrupt(tiny_model_dir, tmp_path / "orm", how)
+    rollouts = tmp_path / "rollouts.jsonl"
+    write_trajectories(rollouts, [make_trajectory("a", outcome=None)])
+    assert main(["stage=[1]", f"rollouts={rollouts}", f"orm={orm}", f"output={tmp_path / 'out.jsonl'}"]) == 2
+    assert _one_error_line(capsys).startswith(f"error: orm: model directory {orm} does not load: ")

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from webrl.data.prompts import prompt_token_ids
@@ -93,10 +94,22 @@ def load_model_and_tokenizer(
     tokenizer = load_tokenizer(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    except (RuntimeError, SafetensorError) as err:
+        # Weights that do not fit config.json, or a cut-off weights file: bad input, told as a ValueError naming the
+        # directory (which callers name the setting of), not a traceback from deep inside transformers.
+        raise ValueError(
+            f"model directory {path} does not load: {_first_line(err)} (are its weights whole, and of its config.json?)"
+        ) from err
     if lora is not None:
         model = apply_lora(model, lora)
     return model, tokenizer
+
+
+def _first_line(err: Exception) -> str:
+    """The first line of `err`'s message: transformers' load errors print their report above and end in a pointer."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def model_and_tokenizer(

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import random
 import sys
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -222,6 +223,19 @@ def _report(stage: Callable[..., Any], *args: Any) -> str | None:
     return None
 
 
+def _report_to_ranks(stage: Callable[..., Any], *args: Any) -> str | None:
+    """`_report` on rank 0 of several, where an unexpected error (a bug, a model that fails mid-scoring) is told too.
+
+    The other ranks wait in a broadcast for rank 0's stage 1; raised, the error would end rank 0 and leave them
+    waiting until the process group's timeout. Its traceback goes to stderr here, and its one line to every rank.
+    """
+    try:
+        return _report(stage, *args)
+    except Exception as err:
+        traceback.print_exc()
+        return f"stage 1 failed on rank 0: {type(err).__name__}: {err}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; a bad setting or bad input (missing path, malformed file) prints one error line and returns 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -245,8 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run_stages(config: ProcessConfig, fabric: Any) -> str | None:
     """The configured stages on this rank; the one-line error of the first that failed, else None."""
     error = None
-    if 1 in config.stage and (fabric is None or fabric.global_rank == 0):
+    if 1 in config.stage and fabric is None:
         error = _report(stage1, config, fabric)
+    elif 1 in config.stage and fabric.global_rank == 0:
+        error = _report_to_ranks(stage1, config, fabric)
     if fabric is not None:
         # Every rank learns whether rank 0's stage 1 failed, so none waits forever for the others.
         error = fabric.broadcast(error)
