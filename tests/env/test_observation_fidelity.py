@@ -220,6 +220,34 @@ def test_actions_on_disabled_controls_are_refused_at_once_saying_so(run, page):
     assert run(page.evaluate(values)) == [0, "frozen text", "Small"]
 
 
+def test_disabled_controls_say_so_after_their_id(run, page):
+    """A disabled control looked like any other in the observation: the agent clicked it and learnt nothing."""
+    run(page.evaluate(_DISABLED_JS))
+    run(page.evaluate(_DISABLED_GROUPS_JS))
+    html = run(observe(page)).html
+    for shown in (
+        'disabled placeholder="Fenced field" />',  # through its disabled fieldset
+        "disabled> Greyed link </a>",  # inside aria-disabled="true"
+        "disabled> Off button </button>",
+        'disabled value="frozen text" />',
+        'disabled title="shut">',
+    ):
+        assert re.search(rf'id="\d+" {re.escape(shown)}', html), shown
+    assert re.search(r'<button id="\d+"> Live button </button>', html)
+    assert re.search(
+        r'<select id="\d+" title="sizes"><option selected>Small</option><option disabled>Large</option>', html
+    )
+
+
+_DISABLED_GROUPS_JS = """() => {
+  const groups = document.createElement("div");
+  groups.innerHTML = '<fieldset disabled><input placeholder="Fenced field"></fieldset>'
+    + '<div aria-disabled="true"><a href="#g">Greyed link</a></div>'
+    + '<button>Live button</button>';
+  document.body.prepend(groups);
+}"""
+
+
 def test_a_button_below_the_fold_is_scrolled_to_and_clicked(run, page):
     run(page.evaluate("() => document.getElementById('spacer').style.height = '2000px'"))
     html = run(observe(page)).html

@@ -23,6 +23,11 @@ Rendering rules (why each exists):
   control can still take clicks, but sites put it under a visible label or box, which is what to act on.
 - A visibility:hidden element shows neither its text nor an id, but its element children are walked:
   visibility is inherited and a child may set it back to visible (a menu that reveals one entry).
+- A labelled control that cannot be used (`:disabled`, also through a disabled fieldset, or inside
+  `aria-disabled="true"`) says `disabled` after its id: a greyed-out button looks like any other in text,
+  and the agent would click it, see nothing happen and not know why. Its id stays, for Hover (a tooltip
+  may say why it is disabled) and so that ids do not shift when a control is enabled. A disabled option says
+  so too.
 - `<select>` lists its options with their text, so "Select Dropdown Option" arguments are visible.
 - The walk stops once the output passes the character budget; Python cuts and marks the end. In the
   `from_viewport` region a page that does not fit and is scrolled is walked again without what lies
@@ -131,6 +136,9 @@ OBSERVE_JS = r"""
   };
   const revealsOnHover = hoverSelector();
 
+  const isDisabled = (el) => el.matches(":disabled") || el.closest('[aria-disabled="true"]') !== null;
+  const labelled = (el, id) => (isDisabled(el) ? [`id="${id}"`, "disabled"] : [`id="${id}"`]);
+
   const isInteractive = (el, tag, style, parentPointer) => {
     if (INTERACTIVE_TAGS.has(tag)) return !(tag === "input" && el.type === "hidden");
     const role = el.getAttribute("role");
@@ -193,9 +201,9 @@ OBSERVE_JS = r"""
   };
 
   const renderSelect = (el, id, rect) => {
-    const attrs = [`id="${id}"`].concat(attrsOf(el, "select", rect));
+    const attrs = labelled(el, id).concat(attrsOf(el, "select", rect));
     const options = Array.from(el.options).map((opt) => {
-      const selected = opt.selected ? " selected" : "";
+      const selected = (opt.selected ? " selected" : "") + (opt.disabled ? " disabled" : "");
       return `<option${selected}>${escText(cleanText(opt.textContent))}</option>`;
     });
     return `<select ${attrs.join(" ")}>${options.join("")}</select>`;
@@ -243,7 +251,7 @@ OBSERVE_JS = r"""
     }
     if (tag === "br") return part("", true);
     const attrs = attrsOf(el, tag, rect);
-    if (id !== null) attrs.unshift(`id="${id}"`);
+    if (id !== null) attrs.unshift(...labelled(el, id));
     const attrText = attrs.length ? " " + attrs.join(" ") : "";
     if (VOID_TAGS.has(tag)) {
       if (id === null && attrs.length === 0) return EMPTY;
