@@ -107,7 +107,8 @@ def best_threshold(scores: list[float], successes: list[bool], prior: float = 0.
         raise ValueError(
             f"reward.calibration_tasks: no threshold tells the {positives} successes from the {negatives} failures "
             "better than chance (best balanced accuracy 0.5): the ORM's scores carry no signal for this actor, and "
-            "every threshold would label nothing or everything a success; retrain the ORM or use reward.source=evaluator"
+            "every threshold would label nothing or everything a success; retrain the ORM or use "
+            "reward.source=evaluator"
         )
     balanced, precision, recall = verdict_figures(scores, successes, threshold)
     return ThresholdChoice(threshold, balanced, precision, recall, positives, negatives)
