@@ -166,6 +166,19 @@ def test_a_bad_value_stops_the_run_before_its_directory_exists(tmp_path, overrid
     assert not run_dir.exists()
 
 
+@pytest.mark.parametrize("mode", ["llm", "mixed"])
+def test_llm_made_tasks_are_refused_with_evaluator_rewards(mode):
+    """An LLM-made task has no evaluator: with evaluator rewards its episodes were rolled out and never labelled."""
+    with pytest.raises(SystemExit) as exit_info:
+        recipe_config([f"curriculum.mode={mode}", "reward.source=evaluator"])
+    assert str(exit_info.value.code) == (
+        f"config error: curriculum.mode='{mode}': makes tasks with an LLM, which have no evaluator: "
+        "use reward.source=orm, or curriculum.mode=template"
+    )
+    assert recipe_config([f"curriculum.mode={mode}", "reward.source=orm"]).curriculum.mode == mode
+    assert recipe_config([f"curriculum.mode={mode}", "curriculum_enabled=false"]).reward.source == "evaluator"
+
+
 @pytest.mark.parametrize("mode", ["template", "mixed"])
 def test_template_tasks_are_refused_on_an_external_suite(tmp_path, mode):
     """Template and mixed curricula draw new values from the embedded sites' templates, which a WebArena suite's tasks
@@ -177,8 +190,8 @@ def test_template_tasks_are_refused_on_an_external_suite(tmp_path, mode):
     assert message.startswith(f"config error: curriculum.mode='{mode}': must be llm with env.suite='{tmp_path}'")
     assert "\n" not in message
     assert recipe_config([*suite, f"curriculum.mode={mode}", "curriculum_enabled=false"]).curriculum.mode == mode
-    assert recipe_config([*suite, "curriculum.mode=llm"]).env.suite == str(tmp_path)
-    assert recipe_config([f"curriculum.mode={mode}"]).env.suite == "embedded"
+    assert recipe_config([*suite, "curriculum.mode=llm", "reward.source=orm"]).env.suite == str(tmp_path)
+    assert recipe_config([f"curriculum.mode={mode}", "reward.source=orm"]).env.suite == "embedded"
     (tmp_path / "base").mkdir()
     (tmp_path / "base" / "config.json").write_text("{}")  # a model directory, as the WebArena config wants one
     webarena = recipe_config(
@@ -206,7 +219,7 @@ def test_a_training_recipe_never_evaluates_on_what_it_trained_on(overrides, name
 
 def test_an_empty_suite_is_refused_not_read_as_the_current_folder():
     with pytest.raises(SystemExit, match=r"env\.suite='': must be embedded or a directory"):
-        recipe_config(["env.suite=", "env.url_map={__X__: 'http://h:1'}", "curriculum.mode=llm"])
+        recipe_config(["env.suite=", "env.url_map={__X__: 'http://h:1'}", "curriculum_enabled=false"])
 
 
 def test_an_empty_value_on_the_command_line_empties_a_string_key(tmp_path):

@@ -85,7 +85,8 @@ def test_a_leading_tilde_is_the_home_folder_in_every_key_that_holds_a_path(home)
     assert config.env.storage_state_dir == str(home / "states")
     assert (config.env.chromium, config.tracking.wandb_dir) == (str(chromium), str(home / "wandb"))
     (home / "suite").mkdir()
-    suite = load_config(WebRLConfig, ["env.suite=~/suite", "env.url_map={__X__: 'http://h:1'}", "curriculum.mode=llm"])
+    external = ["env.suite=~/suite", "env.url_map={__X__: 'http://h:1'}", "curriculum_enabled=false"]
+    suite = load_config(WebRLConfig, external)
     assert suite.env.suite == str(home / "suite")
     filtered = load_config(FilteredBCRunConfig, ["filtered_bc.source_run=~/runs/x"])
     assert filtered.filtered_bc.source_run == str(home / "runs" / "x")
@@ -99,7 +100,7 @@ def test_a_relative_base_model_or_suite_becomes_absolute_and_relaunches_as_the_s
     _model_dir(home / "work" / "local")
     (home / "work" / "suite").mkdir()
     overrides = ["output_dir=runs/rel", "model.base=local", "env.suite=suite", "env.url_map={__X__: 'http://h:1'}"]
-    config = load_config(WebRLConfig, [*overrides, "curriculum.mode=llm"])
+    config = load_config(WebRLConfig, [*overrides, "curriculum_enabled=false"])
     assert (config.model.base, config.env.suite) == (str(home / "work" / "local"), str(home / "work" / "suite"))
     assert load_config(WebRLConfig, ["model.base=tiny", "env.suite=embedded"]).env.suite == "embedded"
     saved = config_to_dict(config)

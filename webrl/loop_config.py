@@ -492,6 +492,14 @@ class WebRLConfig:
                 f"must be llm with env.suite={self.env.suite!r}: template and mixed modes draw new values from the "
                 "embedded sites' templates only (or turn the curriculum off: curriculum_enabled=false)",
             )
+        if self.curriculum_enabled and self.curriculum.mode != "template" and self.reward.source == "evaluator":
+            # An LLM-made task has no evaluator, so its episodes would be rolled out and never labelled: no training
+            # signal, and no failures to grow the next phase from.
+            raise invalid(
+                "curriculum.mode",
+                self.curriculum.mode,
+                "makes tasks with an LLM, which have no evaluator: use reward.source=orm, or curriculum.mode=template",
+            )
         if self.rollout.max_tokens >= self.model.max_length:
             raise invalid(
                 "rollout.max_tokens",

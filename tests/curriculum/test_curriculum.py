@@ -301,8 +301,6 @@ def test_modes_check_their_dependencies():
         Curriculum(CurriculumConfig(mode="llm"))
     with pytest.raises(ValueError, match="reinstantiate"):
         Curriculum(CurriculumConfig(mode="mixed"), generator_engine=ScriptedReplyEngine(evolve))
-    with pytest.raises(ValueError, match="judge engine"):
-        Curriculum(CurriculumConfig(mode="template", judge=True), reinstantiate=lambda task, rng, n: [])
 
 
 def test_resume_repeats_the_phase_exactly(tmp_path):

@@ -182,8 +182,9 @@ def test_a_judge_engine_returning_the_wrong_number_of_completions_is_an_error():
         ({"stop": [""]}, "curriculum.stop"),
         ({"stop": "\n\n"}, "curriculum.stop"),
         ({"min_task_chars": 50, "max_task_chars": 10}, "curriculum.min_task_chars"),
+        ({"max_task_chars": 0}, "curriculum.max_task_chars"),
     ],
 )
 def test_bad_config_names_the_key(overrides, key):
-    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+    with pytest.raises(ValueError, match="^" + key.replace(".", r"\.") + "="):
         CurriculumConfig(**overrides)

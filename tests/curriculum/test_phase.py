@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 from sample_records import URL_MAP
 
+from webrl.config import ConfigError
 from webrl.curriculum.config import CurriculumConfig
 from webrl.curriculum.filters import normalise_intent
 from webrl.curriculum.phase import needs_generator, propose_phase_tasks, top_up, with_stored_tasks
@@ -109,10 +110,14 @@ def test_a_capped_phase_keeps_its_size_and_no_template_passes_the_cap(tmp_path, 
         assert metrics["curriculum/top_up_template_cap"] == 0.0 and metrics["curriculum/topped_up"] == 0.0
 
 
-def test_only_llm_tasks_or_a_judge_need_a_generator():
-    assert not needs_generator(CurriculumConfig(mode="template", judge=False))
-    assert needs_generator(CurriculumConfig(mode="template", judge=True))
+def test_only_llm_tasks_need_a_generator_and_only_they_are_judged():
+    assert not needs_generator(CurriculumConfig(mode="template"))
     assert needs_generator(CurriculumConfig(mode="llm", judge=False))
+    assert needs_generator(CurriculumConfig(mode="mixed", judge=True))
+    # The judge never sees a template task: asking for it in template mode loaded a generator for nothing.
+    with pytest.raises(ConfigError, match=r"^curriculum.judge=True: judges LLM-made tasks only"):
+        CurriculumConfig(mode="template", judge=True).validate()
+    CurriculumConfig(mode="mixed", judge=True).validate()
 
 
 def test_sampled_origin_strips_only_a_copy_suffix():

@@ -219,7 +219,7 @@ def test_seen_templates_of_a_webarena_suite_resolve_its_placeholders(tmp_path):
         }
         (tmp_path / "suite" / split / f"{template}.json").write_text(json.dumps(config))
     suite = [f"env.suite={tmp_path / 'suite'}", "env.url_map={__SHOPPING__: 'http://shop:7770'}"]
-    suite.append("curriculum.mode=llm")  # template tasks come from the embedded sites only
+    suite.append("curriculum_enabled=false")  # template tasks come from the embedded sites only
     assert train_templates(load_config(WebRLConfig, suite, default_file=DEFAULT_CONFIG)) == {7}
 
 

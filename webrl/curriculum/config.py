@@ -91,7 +91,8 @@ class CurriculumConfig:
     value_window: tuple[float, float] = (0.05, 0.75)
     """Critic filter: keep a task when the critic's P(success) on its start page lies in [low, high]."""
     judge: bool = False
-    """Ask the judge LLM whether each task is feasible on its site before keeping it."""
+    """Ask the judge LLM whether each LLM-made task is feasible on its site before keeping it (llm and mixed modes;
+    template tasks are instantiated from the site's own data)."""
     judge_rules: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_JUDGE_RULES))
     """Per-site feasibility rules given to the judge, keyed by site name."""
     judge_keeps_unparsed: bool = False
@@ -147,11 +148,20 @@ class CurriculumConfig:
         require(stops_ok, "curriculum.stop", self.stop, "must be a list of non-empty strings")
         within("curriculum.top_p", self.top_p, 0, 1, open_low=True)
         at_least("curriculum.temperature", self.temperature, 0)
+        at_least("curriculum.max_task_chars", self.max_task_chars, 1)
         require(
             1 <= self.min_task_chars <= self.max_task_chars,
             "curriculum.min_task_chars",
             self.min_task_chars,
             f"must be >= 1 and <= curriculum.max_task_chars ({self.max_task_chars})",
+        )
+        # The judge checks LLM-made tasks only (template tasks come from the site's own data): in template mode it
+        # would load a generator model for nothing.
+        require(
+            not (self.judge and self.mode == "template"),
+            "curriculum.judge",
+            self.judge,
+            "judges LLM-made tasks only: use curriculum.mode=llm or mixed",
         )
 
     def site_description(self, site: str) -> str:

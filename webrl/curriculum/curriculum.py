@@ -129,8 +129,6 @@ class Curriculum:
             raise ValueError("curriculum.page_facts needs start_observation(task) -> html to check each fact's page")
         if judge_engine is None:
             judge_engine, judge_tokenizer = generator_engine, generator_tokenizer
-        if config.judge and judge_engine is None:
-            raise ValueError("curriculum.judge=true needs a judge engine (or a generator engine to reuse)")
         self.config = config
         self.generator = None
         if generator_engine is not None:

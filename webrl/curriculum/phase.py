@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 
 
 def needs_generator(config: CurriculumConfig) -> bool:
-    """Whether the phase needs a generator engine: to write tasks (llm/mixed) or to judge them."""
-    return config.mode != "template" or config.judge
+    """Whether the phase needs a generator engine: to write tasks and judge them (llm/mixed modes)."""
+    return config.mode != "template"
 
 
 def generator_engine(generator: str, cache_dir: str | Path) -> InferenceEngine:
