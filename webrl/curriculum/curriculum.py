@@ -4,9 +4,10 @@ Per phase:
 1. Seeds: the tasks of the previous phase's failed trajectories, one per intent, grouped by site.
 2. Candidates: in `llm` mode a generator LLM evolves each site's seeds into new intents
    (`TaskGenerator`; the tasks have no evaluator, the ORM rewards them, and they start on the page where most
-   of the site's seeds started, unless `start_urls` names the site's start page); in `template` mode the failed tasks' templates get new values from the site data
-   (`reinstantiate`, e.g. `webrl.env.sites.reinstantiate`), so the tasks keep their evaluators and
-   the run can measure the ORM against them; `mixed` does both. With `page_facts` > 0, any mode
+   of the site's seeds started, unless `start_urls` names the site's start page); in `template` mode the
+   failed tasks' templates get new values from the site data (`reinstantiate`, e.g.
+   `webrl.env.sites.reinstantiate`), so the tasks keep their evaluators and the run can measure the ORM
+   against them; `mixed` does both. With `page_facts` > 0, any mode
    also offers questions about labelled values on the pages the previous phase's episodes reached
    (`page_facts.page_fact_tasks`: fields of the entities the agent met, each with its evaluator).
 3. Filters, cheap first: dedupe against every intent seen so far (training set, seeds, earlier
