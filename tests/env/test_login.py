@@ -123,7 +123,7 @@ def test_logging_in_once_saves_a_state_that_episodes_start_logged_in_with(run, p
     assert [cookie["name"] for cookie in state["cookies"]] == ["session"]
     assert PASSWORD not in (tmp_path / "shop_state.json").read_text()
 
-    logged_in = WebArenaBackend({"__SHOP__": site}, storage_states=StorageStates(tmp_path))
+    logged_in = WebArenaBackend({"__SHOP__": site}, storage_states=StorageStates(tmp_path, {"shop": SHOP_LOGIN}))
     assert "Welcome, alice" in first_observation(run, pool, account_task(require_login=True), logged_in)
     # The same task without a state directory runs logged out: the server sends it to the form.
     logged_out = WebArenaBackend({"__SHOP__": site})
@@ -145,7 +145,7 @@ def test_a_state_the_site_no_longer_accepts_or_with_an_expired_cookie_is_renewed
     path = tmp_path / "shop_state.json"
     _Site.sessions.clear()  # the server forgot every session (a site reset)
     assert run(ensure_logged_in(browser, {"shop": site}, tmp_path, {"shop": SHOP_LOGIN})) == ["shop"]
-    backend = WebArenaBackend({"__SHOP__": site}, storage_states=StorageStates(tmp_path))
+    backend = WebArenaBackend({"__SHOP__": site}, storage_states=StorageStates(tmp_path, {"shop": SHOP_LOGIN}))
     assert "Welcome, alice" in first_observation(run, pool, account_task(require_login=True), backend)
 
     state = json.loads(path.read_text())
@@ -203,6 +203,58 @@ def test_a_webarena_state_file_name_is_found_as_named_or_merged_from_per_site_st
     assert states.for_task(Task("9", "x", ["reddit"], "http://r")) is None
     with pytest.raises(LoginStateError, match=r"task 10 needs a logged-in shopping session but .*shopping_state.json"):
         states.for_task(Task("10", "x", ["shopping"], "http://s", require_login=True))
+
+
+def test_a_task_that_names_no_file_needs_states_only_for_its_sites_with_a_login(tmp_path):
+    """WebArena's map tasks say `require_login` with `storage_state: null`, and map has no login recipe."""
+    states = StorageStates(tmp_path)
+    map_task = Task("30", "x", ["map"], "http://m", require_login=True, storage_state=None)
+    assert states.for_task(map_task) is None
+    assert WebArenaBackend({"__MAP__": "http://m"}, storage_states=states).storage_state(map_task) is None
+    both = Task("31", "x", ["map", "shopping"], "http://m", require_login=True)
+    with pytest.raises(LoginStateError, match=r"task 31 needs a logged-in shopping session but .*shopping_state\.json"):
+        states.for_task(both)
+    (tmp_path / "shopping_state.json").write_text(json.dumps(_state("s", "shop.test")))
+    assert [cookie["name"] for cookie in states.for_task(both)["cookies"]] == ["s"]
+
+
+def test_a_named_combined_file_with_an_expired_cookie_gives_way_to_the_per_site_files(tmp_path):
+    """WebArena's auto_login writes `gitlab.reddit_state.json`; `ensure_logged_in` renews only the per-site files."""
+    task = Task("7", "x", ["gitlab", "reddit"], "http://gitlab.test", storage_state="./.auth/gitlab.reddit_state.json")
+    (tmp_path / "gitlab.reddit_state.json").write_text(json.dumps(_state("stale", "gitlab.test", expires=1.0)))
+    states = StorageStates(tmp_path)
+    with pytest.raises(LoginStateError, match=r"gitlab session but .*gitlab_state\.json does not exist"):
+        states.for_task(task)
+    (tmp_path / "gitlab_state.json").write_text(json.dumps(_state("g", "gitlab.test")))
+    (tmp_path / "reddit_state.json").write_text(json.dumps(_state("r", "reddit.test", expires=time.time() + 3600)))
+    assert sorted(cookie["name"] for cookie in states.for_task(task)["cookies"]) == ["g", "r"]
+
+
+def test_a_renewed_state_replaces_the_file_whole(run, pool, site, credentials, tmp_path):
+    """Playwright's `storage_state(path=)` truncates and rewrites the file in place, so a reader could see it torn;
+    the file is replaced by a rename instead: a reader holding the old file still reads it whole."""
+    browser = run(pool.browser())
+    path = tmp_path / "shop_state.json"
+    run(ensure_logged_in(browser, {"shop": site}, tmp_path, {"shop": SHOP_LOGIN}))
+    before = path.read_text()
+    with path.open(encoding="utf-8") as reader:
+        _Site.sessions.clear()  # the next check finds the session gone: it logs in again
+        assert run(ensure_logged_in(browser, {"shop": site}, tmp_path, {"shop": SHOP_LOGIN})) == ["shop"]
+        assert reader.read() == before
+    assert path.read_text() != before and json.loads(path.read_text())["cookies"][0]["name"] == "session"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shop_state.json"]
+
+
+def test_a_truncated_state_is_an_error_naming_it_and_is_renewed(run, pool, site, credentials, tmp_path):
+    """A login killed while saving leaves a file cut short: an episode is told which file, a new login replaces it."""
+    path = tmp_path / "shop_state.json"
+    path.write_text('{"cookies": [{"name": "session", "val')
+    task = account_task(require_login=True, storage_state="./.auth/shop_state.json")
+    with pytest.raises(LoginStateError, match=f"cannot read the storage state {path}"):
+        StorageStates(tmp_path).for_task(task)
+    assert run(ensure_logged_in(run(pool.browser()), {"shop": site}, tmp_path, {"shop": SHOP_LOGIN})) == ["shop"]
+    backend = WebArenaBackend({"__SHOP__": site}, storage_states=StorageStates(tmp_path))
+    assert "Welcome, alice" in first_observation(run, pool, task, backend)
 
 
 def test_merging_keeps_the_later_duplicate_and_expiry_ignores_session_cookies():

@@ -6,7 +6,11 @@ the JSON Playwright writes with `context.storage_state()` (cookies, and localSto
 browser pool hands it to `new_context`, so an episode starts with the session and shares it with no other.
 
 `StorageStates` finds the state for a task in one directory (env.storage_state_dir): the file the task
-names, by its base name, or else one `<site>_state.json` per site of the task, merged. `log_in` logs in
+names, by its base name, unless one of its cookies has expired, or else one `<site>_state.json` per site it
+covers, merged. A task that names no file covers the sites of its own that have a login recipe: WebArena's
+map tasks say `require_login` with no file, and map has no login. State files are replaced whole, never
+rewritten in place, so a reader sees the old file or the new one; one that cannot be read is an error
+naming it for an episode, and expired for `ensure_logged_in`, which logs in afresh. `log_in` logs in
 to one site through its login form and saves that file; `ensure_logged_in` does it for each site whose
 state is missing or expired (a session cookie past its expiry, or a check page that sends the browser
 back to the login form), which is what `python -m webrl.env.login` runs before a run. Credentials come
@@ -27,6 +31,7 @@ from typing import Any
 
 from playwright.async_api import Error as PlaywrightError
 
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import Task
 
 log = logging.getLogger(__name__)
@@ -93,11 +98,32 @@ def has_expired_cookie(state: dict[str, Any], now: float | None = None) -> bool:
     return any(0 < cookie.get("expires", -1) <= now for cookie in state.get("cookies", []))
 
 
-class StorageStates:
-    """The storage states in one directory, looked up per task (a task without require_login gets none)."""
+def _read_state(path: Path) -> dict[str, Any]:
+    """The storage state saved at `path`; LoginStateError naming the file when it cannot be read or is not one.
 
-    def __init__(self, directory: str | Path) -> None:
+    A file cut short (a login killed while saving, in an older version that wrote in place) or not UTF-8
+    would otherwise surface as a bare decoding error naming no file.
+    """
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise LoginStateError(f"cannot read the storage state {path}: {err}") from err
+    if not isinstance(state, dict):
+        raise LoginStateError(f"cannot read the storage state {path}: not a JSON object")
+    return state
+
+
+class StorageStates:
+    """The storage states in one directory, looked up per task (a task without require_login gets none).
+
+    `logins` (default `WEBARENA_LOGINS`) names the sites that have a login: of a task that names no state
+    file, only those need a state.
+    """
+
+    def __init__(self, directory: str | Path, logins: dict[str, SiteLogin] | None = None) -> None:
         self.directory = Path(directory)
+        self.logins = WEBARENA_LOGINS if logins is None else logins
+        self._expired_warned: set[Path] = set()
 
     def path_for(self, site: str) -> Path:
         return self.directory / f"{site}{STATE_SUFFIX}"
@@ -105,27 +131,49 @@ class StorageStates:
     def for_task(self, task: Task) -> dict[str, Any] | None:
         """The storage state `task` starts with, or None when it needs no login.
 
-        The file the task names is used when the directory holds it (WebArena's combined files);
-        otherwise the per-site files of the sites it covers are merged. A state that is missing
-        raises LoginStateError: an episode run logged out would be scored as the agent's failure.
+        The file the task names is used when the directory holds it and none of its cookies has expired
+        (WebArena's combined files, which `ensure_logged_in` never renews); otherwise the per-site files of
+        the sites it covers are merged. A state that is missing or unreadable raises LoginStateError: an
+        episode run logged out would be scored as the agent's failure.
         """
         if not task.require_login and not task.storage_state:
             return None
         if task.storage_state:
-            named = self.directory / Path(task.storage_state).name
-            if named.is_file():
-                return json.loads(named.read_text(encoding="utf-8"))
-        sites = sites_of_state_file(task.storage_state) if task.storage_state else task.sites
-        states = []
-        for site in sites:
-            path = self.path_for(site)
-            if not path.is_file():
-                raise LoginStateError(
-                    f"task {task.task_id} needs a logged-in {site} session but {path} does not exist; "
-                    f"create it with `python -m webrl.env.login --out {self.directory} --site {site}=URL`"
-                )
-            states.append(json.loads(path.read_text(encoding="utf-8")))
-        return merge_states(states)
+            named = self._named_state(task.storage_state)
+            if named is not None:
+                return named
+            sites = sites_of_state_file(task.storage_state)
+        else:
+            sites = [site for site in task.sites if site in self.logins]
+            if not sites:
+                return None
+        return merge_states([self._site_state(task, site) for site in sites])
+
+    def _named_state(self, name: str) -> dict[str, Any] | None:
+        """The state file `name` in the directory, or None when it is absent or holds an expired cookie."""
+        path = self.directory / Path(name).name
+        if not path.is_file():
+            return None
+        state = _read_state(path)
+        if not has_expired_cookie(state):
+            return state
+        if path not in self._expired_warned:
+            self._expired_warned.add(path)
+            log.warning("%s holds an expired cookie: using the per-site state files instead", path)
+        return None
+
+    def _site_state(self, task: Task, site: str) -> dict[str, Any]:
+        """The state file of `site`; LoginStateError naming it and the command that makes it when missing or bad."""
+        path = self.path_for(site)
+        remedy = f"create it with `python -m webrl.env.login --out {self.directory} --site {site}=URL`"
+        if not path.is_file():
+            raise LoginStateError(
+                f"task {task.task_id} needs a logged-in {site} session but {path} does not exist; {remedy}"
+            )
+        try:
+            return _read_state(path)
+        except LoginStateError as err:
+            raise LoginStateError(f"task {task.task_id} needs a logged-in {site} session: {err}; {remedy}") from err
 
 
 async def _on_login_form(page: Any, base_url: str, login: SiteLogin) -> bool:
@@ -169,17 +217,24 @@ async def log_in(browser: Any, site: str, base_url: str, login: SiteLogin, path:
         await _submit_form(page, site, login, username, password)
         if await _on_login_form(page, base_url, login):
             raise LoginStateError(f"logging in to {site} at {base_url}{login.login_path} did not give a session")
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        await context.storage_state(path=str(path))
+        # Replaced whole: Playwright's own `path=` truncates the file first, and a reader would see it torn.
+        write_json_atomic(path, await context.storage_state())
     finally:
         await context.close()
 
 
 async def is_expired(browser: Any, state_path: Path, base_url: str, login: SiteLogin) -> bool:
-    """True when the saved state is missing, holds an expired cookie, or no longer opens the check page."""
+    """True when the saved state is missing or unreadable, holds an expired cookie, or no longer opens the check page.
+
+    An unreadable file (cut short by a killed login, say) counts as expired, so that logging in again replaces it.
+    """
     if not state_path.is_file():
         return True
-    state = json.loads(state_path.read_text(encoding="utf-8"))
+    try:
+        state = _read_state(state_path)
+    except LoginStateError as err:
+        log.warning("%s; logging in again", err)
+        return True
     if has_expired_cookie(state):
         return True
     context = await browser.new_context(storage_state=state)
@@ -197,7 +252,7 @@ async def ensure_logged_in(
     Returns the sites logged in afresh; a site with a valid state is left alone (its file untouched).
     """
     logins = WEBARENA_LOGINS if logins is None else logins
-    states = StorageStates(directory)
+    states = StorageStates(directory, logins)
     renewed = []
     for site, base_url in sites.items():
         if site not in logins:
