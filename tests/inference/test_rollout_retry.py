@@ -18,6 +18,7 @@ from playwright.async_api import Error as PlaywrightError
 from webrl.data.trajectory import Task, read_trajectories
 from webrl.env.backend import WebArenaBackend
 from webrl.env.limits import EpisodeLimits
+from webrl.env.login import LoginStateError, StorageStates
 from webrl.env.static_server import StaticServer
 from webrl.env.tasks import load_tasks
 from webrl.inference.engine import Completion
@@ -191,3 +192,13 @@ def test_an_episode_ended_by_an_error_of_its_own_is_scored_a_failure(run, pool, 
     assert (failed.status, failed.error, failed.infra_error) == ("error", "ValueError: no prompt for this page", False)
     assert failed.eval_reward == 0.0 and "attempts" not in failed.metadata and solved.eval_reward == 1.0
     assert result.metrics["rollout/success_rate"] == 0.5 and result.metrics["rollout/infra_errors"] == 0
+
+
+def test_a_missing_login_state_stops_the_run_naming_the_file(run, pool, pages, tmp_path):
+    """Not a browser failure to retry and leave out of the rates: every episode of that task would run logged out."""
+    backend = WebArenaBackend({"__PAGES__": pages.url}, storage_states=StorageStates(tmp_path / "auth"))
+    logged_in = Task("1", "my orders?", ["gitlab"], "__PAGES__/page2.html", require_login=True)
+    tasks = [*_tasks(pages, 1), logged_in]
+    with pytest.raises(LoginStateError, match=r"task 1 needs a logged-in gitlab session but .*gitlab_state\.json"):
+        _rollouts(run, pool, backend, tasks, tmp_path / "rollouts.jsonl")
+    assert [t.task.task_id for t in read_trajectories(tmp_path / "rollouts.jsonl")] == ["0"]

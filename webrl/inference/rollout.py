@@ -14,7 +14,9 @@ in flight. Nothing an episode does stops the run: a dead browser, a hung page (p
 timeout), an engine call that fails for the episode's prompt or an evaluator that cannot run (a
 WebArena `func:` helper) ends that episode with status "error" or "timeout" and the reason recorded; an
 "error" that is not an infrastructure failure (below) is scored 0, a failure, like any other of the agent's.
-Only an engine that fails every prompt of 3 calls in a row stops the run (`EngineDownError`: it is down).
+Only an engine that fails every prompt of 3 calls in a row stops the run (`EngineDownError`: it is down), and so
+does a task whose logged-in session has no storage state (`LoginStateError`, naming the file): every episode of
+it would run logged out and fail, scored as the agent's failure or, retried, left out of the success rates.
 
 An episode that ends in "error" because the browser, the site or the engine failed
 (`Trajectory.infra_error`) is not the agent's failure: its task is run once more, from the start, in
@@ -41,6 +43,7 @@ from webrl.data.trajectory import Step, Task, Trajectory, TrajectoryWriter
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.episode import Episode
 from webrl.env.limits import EpisodeLimits
+from webrl.env.login import LoginStateError
 from webrl.env.observation import ObservationConfig
 from webrl.inference.engine import Completion, InferenceEngine, SamplingParams, digest_seed
 from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics
@@ -226,12 +229,12 @@ class _Rollout:
     async def _attempt(self, task: Task, attempt: tuple[str, int]) -> Trajectory:
         """One try at `task`. A context that cannot be opened (Chromium gone and not relaunched, the outside proxy
         not started) fails this episode alone, as the browser's failure; one that fails to close after the episode
-        ended leaves the episode as it ended."""
+        ended leaves the episode as it ended. A missing login state stops the run: no retry would find it."""
         episode: Episode | None = None
         try:
             async with self.pool.episode(task, self.backend, self.limits, self.observation) as episode:
                 await self._run(episode, attempt)
-        except EngineDownError:
+        except (EngineDownError, LoginStateError):
             raise
         except Exception as err:  # noqa: BLE001 - one episode's browser must not stop the others
             if episode is None:
@@ -396,9 +399,14 @@ async def collect_rollouts(
 
 
 async def _beside_the_batcher(batcher: _Batcher, episodes: list[Coroutine[Any, Any, Trajectory]]) -> list[Trajectory]:
-    """Run `episodes` while `batcher` answers their prompts; a batcher that fails (the engine is down) cancels them."""
+    """Run `episodes` while `batcher` answers their prompts; a batcher that fails (the engine is down) cancels them.
+
+    So does an episode that stops the run (a missing login state): the others are cancelled and wait for their
+    contexts to close, lest they go on in a pool that is closing.
+    """
     batch_loop = asyncio.create_task(batcher.run())
-    gathered = asyncio.gather(*episodes)
+    running = [asyncio.ensure_future(episode) for episode in episodes]
+    gathered = asyncio.gather(*running)
     try:
         done, _ = await asyncio.wait({batch_loop, gathered}, return_when=asyncio.FIRST_COMPLETED)
         if batch_loop in done:
@@ -407,6 +415,9 @@ async def _beside_the_batcher(batcher: _Batcher, episodes: list[Coroutine[Any, A
         return list(await gathered)
     finally:
         batch_loop.cancel()
+        for episode in running:
+            episode.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
 
 def collect_rollouts_sync(
