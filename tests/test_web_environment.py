@@ -185,3 +185,24 @@ def test_held_out_tasks_are_every_split_training_does_not_draw_from(env: WebEnvi
     assert held_out("env.train_split=train", "env.test_split=test") == sorted(test)
     assert held_out("env.train_split=train_fit", "env.test_split=validation") == sorted(test + validation)
     assert held_out("env.train_split=train_fit", "env.test_split=test") == sorted(test + validation)
+
+
+@pytest.mark.parametrize("keys", [("SHOPPING", "SHOPPING_ADMIN"), ("shopping", "shopping_admin")])
+def test_stored_tasks_of_a_url_map_keyed_by_bare_site_names_come_back_unchanged(keys):
+    """README lets env.url_map say `SHOPPING` for `__SHOPPING__`: a stored task must still keep placeholders, so that
+    resolving it touches neither `SHOPPING_ADMIN` nor a word of the intent."""
+    config = load_config(WebRLConfig, [])
+    config.env.url_map = {keys[0]: "http://h:7770", keys[1]: "http://h:7780/admin/"}
+    environment = WebEnvironment(config)
+    task = Task(
+        task_id="1",
+        intent="Add the http://h:7770 bag to the SHOPPING cart, then check SHOPPING_ADMIN and shopping_admin",
+        sites=["shopping_admin", "shopping"],
+        start_url="http://h:7780/admin/dashboard",
+        eval={"eval_types": ["url_match"], "reference_url": "http://h:7770/checkout"},
+    )
+    (record,) = environment.portable([task])
+    assert record["start_url"] == "__SHOPPING_ADMIN__/dashboard"
+    assert record["intent"].startswith("Add the __SHOPPING__ bag to the SHOPPING cart")
+    (resolved,) = environment.resolve([Task.from_dict(record)])
+    assert resolved.to_dict() == task.to_dict()

@@ -27,7 +27,7 @@ from webrl.env.limits import EpisodeLimits
 from webrl.env.login import StorageStates
 from webrl.env.observation import ObservationConfig
 from webrl.env.screenshots import ScreenshotRecorder
-from webrl.env.tasks import load_tasks, substitute
+from webrl.env.tasks import load_tasks, normalise_url_map, substitute
 from webrl.inference.engine import InferenceEngine, SamplingParams
 from webrl.inference.rollout import PromptBuilder, RolloutResult, collect_rollouts
 from webrl.inference.scripted import ScriptedEngine
@@ -40,7 +40,9 @@ class WebEnvironment:
     def __init__(self, config: WebRLConfig) -> None:
         self.config = config
         self._sites: Any = None
-        self.url_map: dict[str, str] = dict(config.env.url_map)
+        # `__SHOPPING__` keys, as the task loader reads them: `portable` must put a site's URL back as a placeholder,
+        # never as the bare word `SHOPPING` a config may key it by, which `resolve` would replace inside other words.
+        self.url_map: dict[str, str] = normalise_url_map(config.env.url_map)
         self.backend: Any = None
 
     def __enter__(self) -> WebEnvironment:
@@ -50,7 +52,7 @@ class WebEnvironment:
             from webrl.env.sites.embedded import EmbeddedSites
 
             self._sites = EmbeddedSites().start()
-            self.url_map = self._sites.url_map
+            self.url_map = normalise_url_map(self._sites.url_map)
             self.backend = self._sites.backend(judge)
         else:
             from webrl.env.backend import WebArenaBackend
