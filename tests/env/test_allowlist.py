@@ -253,6 +253,23 @@ def test_an_iframe_outside_is_refused_without_a_word_to_the_agent(run, pool, ser
     assert "blocked:" not in observation.html + after.observation.html
 
 
+def test_a_site_whose_url_map_spells_its_host_in_capitals_is_on_the_site(run, pool, servers, outside_requests):
+    """Chromium requests `http://LOCALHOST:PORT` as `http://localhost:PORT`: the start page is on the site."""
+    port = servers[0].server_address[1]
+    backend = WebArenaBackend({"__PAGES__": f"http://LOCALHOST:{port}"})
+
+    async def scenario():
+        async with pool.episode(page_task("buttons"), backend, FAST) as ep:
+            observation = await ep.reset()
+            result = await ep.step('do(action="Wait")')
+            return observation, result, ep.done, ep.trajectory
+
+    observation, result, done, trajectory = run(scenario())
+    assert "Ways out" in observation.html and result.error is None and not done, trajectory.error
+    assert result.observation.url == f"http://localhost:{port}/buttons"
+    assert trajectory.metadata["blocked_requests"] == 0 and outside_requests == []
+
+
 def test_a_window_opened_on_the_site_is_followed(run, pool, servers, outside_requests):
     async def scenario():
         async with pool.episode(page_task("buttons"), _backend(servers), FAST) as ep:

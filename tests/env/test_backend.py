@@ -35,6 +35,18 @@ def test_origin_of_needs_an_absolute_url():
     assert origin_of("https://example.com:8443/a?b#c") == "https://example.com:8443"
     with pytest.raises(ValueError, match="not an absolute http"):
         origin_of("/relative/path")
+    with pytest.raises(ValueError, match="not an absolute http.*77701"):
+        origin_of("http://127.0.0.1:77701/")
+
+
+def test_an_origin_is_spelled_as_chromium_requests_it():
+    """Chromium lowercases the scheme and host, drops a default port and a user name: the allowlist must too."""
+    assert origin_of("http://LOCALHOST:8000/a") == "http://localhost:8000"
+    assert origin_of("HTTP://Shop.Local:80/") == "http://shop.local"
+    assert origin_of("https://shop.local:443/x") == "https://shop.local"
+    assert origin_of("http://shop.local:443/") == "http://shop.local:443"
+    assert origin_of("http://user:pw@127.0.0.1:7770/") == "http://127.0.0.1:7770"
+    assert origin_of("http://[::1]:9000/") == "http://[::1]:9000"
 
 
 def test_backends_satisfy_the_protocol():

@@ -26,12 +26,27 @@ log = logging.getLogger(__name__)
 _AND = " |AND| "
 
 
+# The ports a browser leaves out of a URL it reports, per scheme.
+_DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+
+
 def origin_of(url: str) -> str:
-    """`scheme://host[:port]` of a URL, the unit the allowlist works in."""
+    """`scheme://host[:port]` of a URL, the unit the allowlist works in, spelled as Chromium reports URLs.
+
+    The allowlist matches the URLs of the page's requests by their text, and Chromium lowercases the
+    scheme and host and leaves out a default port and any user name: `http://LOCALHOST:80/` is requested
+    as `http://localhost/`, and an origin kept as written would refuse the task's own start page.
+    """
     parts = urlsplit(url)
-    if not parts.scheme or not parts.netloc:
+    try:
+        port = parts.port
+    except ValueError as err:
+        raise ValueError(f"not an absolute http(s) URL: {url!r} ({err})") from err
+    if not parts.scheme or not parts.hostname:
         raise ValueError(f"not an absolute http(s) URL: {url!r}")
-    return f"{parts.scheme}://{parts.netloc}"
+    scheme = parts.scheme.lower()
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{scheme}://{host}" + (f":{port}" if port is not None and port != _DEFAULT_PORTS.get(scheme) else "")
 
 
 def start_urls(task: Task) -> list[str]:
