@@ -152,3 +152,21 @@ def test_file_level_errors(tmp_path):
     del raw["task_id"]
     with pytest.raises(TaskConfigError, match=re.escape("<list>[0]: task ?: field 'task_id': is missing")):
         load_tasks([raw], URL_MAP)
+
+
+def test_an_unreadable_file_costs_only_its_own_tasks_and_is_named(tmp_path):
+    """A file not in UTF-8 (Latin-1 bytes) or a dangling link is one skipped entry naming the file, not a crash."""
+    (tmp_path / "1.json").write_text(json.dumps(config(1)))
+    latin = tmp_path / "2.json"
+    latin.write_bytes(json.dumps(config(2, intent="Combien coûte la lampe ?"), ensure_ascii=False).encode("latin-1"))
+    dangling = tmp_path / "3.json"
+    dangling.symlink_to(tmp_path / "gone.json")
+    report = read_suite(tmp_path, URL_MAP)
+    assert [task.task_id for task in report.tasks] == ["1"]
+    assert [(err.origin, err.task_id) for err in report.skipped] == [(str(latin), "2"), (str(dangling), "3")]
+    assert str(report.skipped[0]).startswith(f"{latin}: not UTF-8")
+    assert str(report.skipped[1]).startswith(f"{dangling}: cannot be read")
+    assert report.summary() == "loaded 1 of 3; 2 skipped: task 2 in 2.json, task 3 in 3.json"
+    assert [task.task_id for task in load_tasks(tmp_path, URL_MAP)] == ["1"]
+    with pytest.raises(TaskConfigError, match=r"^loaded 1 of 3; 2 skipped: task 2 in 2\.json, task 3 in 3\.json"):
+        load_tasks(tmp_path, URL_MAP, strict=True)

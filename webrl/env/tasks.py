@@ -91,7 +91,7 @@ def substitute(text: str, url_map: dict[str, str]) -> str:
 def _entries(source: Any) -> list[tuple[str, Any]]:
     """(origin, config) pairs, where origin says where the config came from for error messages.
 
-    A file that is not valid JSON becomes one entry holding its TaskConfigError, so that it is
+    A file that cannot be read or is not valid JSON becomes one entry holding its TaskConfigError, so that it is
     skipped and named like any other bad config; a source that does not exist raises at once.
     """
     if isinstance(source, dict):
@@ -115,11 +115,19 @@ def _entries(source: Any) -> list[tuple[str, Any]]:
 
 
 def _file_entries(path: Path) -> list[tuple[str, Any]]:
+    """The configs of one file; one that cannot be read (not UTF-8, a dangling link) or parsed is one bad entry.
+
+    Caught here, its error names the file and costs only that file's tasks, not the whole suite.
+    """
+    stem = path.stem if path.stem.isdigit() else "?"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        stem = path.stem if path.stem.isdigit() else "?"
         return [(str(path), TaskConfigError(f"{path}:{err.lineno}: not valid JSON ({err.msg})", str(path), stem))]
+    except UnicodeDecodeError as err:
+        return [(str(path), TaskConfigError(f"{path}: not UTF-8 ({err})", str(path), stem))]
+    except OSError as err:
+        return [(str(path), TaskConfigError(f"{path}: cannot be read ({err.strerror or err})", str(path), stem))]
     if isinstance(data, list):
         return [(f"{path}[{i}]", config) for i, config in enumerate(data)]
     return [(str(path), data)]
