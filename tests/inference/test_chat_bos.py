@@ -8,19 +8,22 @@ tokenizer is the tiny model's (which adds BOS on encode) given a Llama-3 style t
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from sample_records import build_trajectory
+from stub_http import StubHandler, serve
 from transformers import AutoTokenizer
 
 from webrl.data.collate import StepTokenizer
-from webrl.data.prompts import build_orm_prompt
+from webrl.data.prompts import build_orm_prompt, prompt_token_ids
 from webrl.data.steps import trajectory_to_samples
-from webrl.inference.engine import SamplingParams
+from webrl.inference.engine import SamplingParams, build_engine
 from webrl.inference.hf import HFEngine
+from webrl.inference.openai import OpenAIEngine
 from webrl.modules.lm import encode_prompt_action
 from webrl.modules.orm import fit_orm_prompt
 
@@ -107,3 +110,45 @@ def test_the_vllm_engine_sends_a_chat_prompt_as_ids_with_one_bos(chat_prompt) ->
     )
     engine.generate([prompt], GREEDY)
     assert sent == [{"prompt_token_ids": expected}]
+
+
+class _Recorder(StubHandler):
+    """A server that records the JSON body of each request and answers every prompt "fine"."""
+
+    bodies: list[dict] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.bodies.append(body)
+        if "messages" in body:
+            choices = [{"index": 0, "message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}]
+        else:
+            choices = [{"index": i, "text": "fine", "finish_reason": "stop"} for i in range(len(body["prompt"]))]
+        reply = {"id": "c", "object": "text_completion", "created": 0, "model": body["model"], "choices": choices}
+        self.reply(200, "application/json", json.dumps(reply).encode())
+
+
+def _sent(engine: OpenAIEngine, prompts: list[str], **params: object) -> list[object]:
+    """What `engine` sends for `prompts`: the completion requests' prompts, or the chat requests' user messages,
+    shortest first (requests sent concurrently arrive in any order)."""
+    _Recorder.bodies.clear()
+    try:
+        assert [c.text for c in engine.generate(prompts, SamplingParams(max_tokens=2, **params))] == ["fine"] * 2
+    finally:
+        engine.close()
+    sent = [item for body in _Recorder.bodies for item in body.get("prompt") or [body["messages"][-1]["content"]]]
+    return sorted(sent, key=len)
+
+
+def test_the_openai_engine_sends_prompts_as_ids_with_one_bos(llama3_dir, chat_prompt) -> None:
+    # The run builds its actor engine from the served directory, which holds the tokenizer; vLLM would add a BOS
+    # to a string prompt, not to ids.
+    tokenizer, prompt, expected = chat_prompt
+    prompts, ids = ["Task: x", prompt], [prompt_token_ids(tokenizer, "Task: x"), expected]
+    with serve(_Recorder) as url:
+        assert _sent(build_engine("openai", llama3_dir, base_url=url), prompts) == ids
+        assert _sent(OpenAIEngine(url, model="m", tokenizer=tokenizer), prompts, seeds=[1, 2]) == ids
+        # No tokenizer (a model name, or none asked for), or the server renders a chat: the strings, as before.
+        assert _sent(build_engine("openai", "m", base_url=url), prompts) == prompts
+        assert _sent(build_engine("openai", llama3_dir, base_url=url, tokenizer=None), prompts) == prompts
+        assert _sent(build_engine("openai", llama3_dir, base_url=url, mode="chat"), prompts) == prompts

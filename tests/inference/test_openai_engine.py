@@ -106,6 +106,27 @@ def test_chat_mode_sends_system_and_user_messages(server, tiny_model_dir, greedy
         assert completion.token_ids == greedy_reference(model, tokenizer, rendered, 8)[0]
 
 
+@pytest.mark.vllm
+def test_a_chat_prompt_reaches_the_server_with_one_bos(server, tiny_model_dir, greedy_reference) -> None:
+    # The run's actor engine: built from the served directory, whose tokenizer encodes each prompt to ids with
+    # one BOS, so the server decodes what the HF engine decodes. Sent as a string, it would get a second BOS.
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    chat = [{"role": "user", "content": "click Home"}]
+    prompt = tokenizer.apply_chat_template(
+        chat, chat_template=CHAT_TEMPLATE, tokenize=False, add_generation_prompt=True
+    )
+    params = SamplingParams(temperature=0, max_tokens=10)
+    engine = build_engine("openai", tiny_model_dir, base_url=server, return_token_ids=True)
+    try:
+        ours = engine.generate([prompt], params)[0]
+    finally:
+        engine.close()
+    theirs = HFEngine(tiny_model_dir).generate([prompt], params)[0]
+    assert (ours.text, ours.token_ids) == (theirs.text, theirs.token_ids)
+    two_bos = greedy_reference(model, tokenizer, prompt, 10)[0]  # `tokenizer(prompt)` adds a BOS to the rendered one
+    assert two_bos != theirs.token_ids, "the prompt must tell one BOS from two"
+
+
 def test_an_unreachable_server_is_an_error_naming_it() -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(EngineRequestError, match=f"{url}: cannot list models"):

@@ -168,8 +168,11 @@ def build_engine(kind: str, model_path: str | Path | None = None, **options: Any
     """Build an engine by name: "hf" (transformers), "vllm" (in-process vLLM) or "openai" (a server).
 
     `model_path` is the local model directory for "hf" and "vllm"; for "openai" it is the model
-    name the server knows (defaulting to the server's first model). `options` go to the engine's
-    constructor unchanged, so a wrong option fails there with its name in the message.
+    name the server knows (defaulting to the server's first model). `vllm serve <directory>` knows a
+    model by its directory: when `model_path` is a local directory with a tokenizer, it is also the
+    "openai" engine's `tokenizer` (unless `options` name one), so that prompts go as ids with one BOS
+    (see `webrl.inference.openai`). Other `options` go to the engine's constructor unchanged, so a
+    wrong option fails there with its name in the message.
     """
     if kind == "hf":
         from webrl.inference.hf import HFEngine
@@ -186,5 +189,12 @@ def build_engine(kind: str, model_path: str | Path | None = None, **options: Any
     if kind == "openai":
         from webrl.inference.openai import OpenAIEngine
 
+        if model_path is not None and _holds_tokenizer(Path(model_path)):
+            options.setdefault("tokenizer", model_path)
         return OpenAIEngine(model=None if model_path is None else str(model_path), **options)
     raise ValueError(f"unknown engine kind {kind!r}; choose one of {list(ENGINE_KINDS)}")
+
+
+def _holds_tokenizer(path: Path) -> bool:
+    """Whether `path` is a local directory with a saved tokenizer (`save_pretrained` always writes its config)."""
+    return (path / "tokenizer_config.json").is_file()

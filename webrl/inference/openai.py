@@ -2,8 +2,12 @@
 
 This is how the WebRL release rolls out: the actor is served by `vllm serve` and the harness
 sends completion requests. Two modes:
-- "completion": the prompt string is sent as is (WebRL's completion-form prompt), batched several
-  prompts per request;
+- "completion": the prompt is sent as is (WebRL's completion-form prompt), batched several prompts per
+  request. With a `tokenizer` (the served model's, a local directory or a loaded one) each prompt is sent
+  as token ids instead, encoded as training encodes it (`webrl.data.prompts.prompt_token_ids`). A chat
+  template may render the BOS text itself (Llama-3's), and the server encodes a string prompt with the
+  tokenizer's special tokens: it would put a second BOS in front, a sequence training never shows the
+  model. Ids reach the model as they are. Without a tokenizer the strings go as before;
 - "chat": each prompt becomes one user message (after an optional system prompt), one request per
   prompt, sent concurrently. Use it for hosted chat models (task generation, judging).
 Timeouts and retries with backoff come from the `openai` client (connection errors, 408, 409,
@@ -34,6 +38,7 @@ from typing import Any
 
 import openai
 
+from webrl.data.prompts import prompt_token_ids
 from webrl.inference.engine import Completion, SamplingParams
 
 MODES = ("completion", "chat")
@@ -60,6 +65,7 @@ class OpenAIEngine:
         max_concurrency: int = 8,
         prompts_per_request: int = 32,
         return_token_ids: bool = False,
+        tokenizer: Any = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"OpenAIEngine mode must be one of {list(MODES)}, got {mode!r}")
@@ -70,6 +76,7 @@ class OpenAIEngine:
         self.system_prompt = system_prompt
         self.prompts_per_request = prompts_per_request
         self.return_token_ids = return_token_ids
+        self.tokenizer = _load_tokenizer(tokenizer)
         # A hosted API's key comes from the environment (see the module docstring); a local server needs
         # none, but the client insists on one. `_secret` is what error messages mask.
         key = api_key or os.environ.get(api_key_env) or "EMPTY"
@@ -93,6 +100,8 @@ class OpenAIEngine:
         a request's one seed would give all its prompts the same random stream."""
         if self._closed:
             raise RuntimeError(f"{self!r} is closed: build a new engine")
+        if self.mode == "completion":
+            prompts = self._encode(prompts)
         if params.seeds is not None:
             own = [replace(params, seed=seed, seeds=None) for seed in params.prompt_seeds(len(prompts))]
             if self.mode == "chat":
@@ -108,7 +117,15 @@ class OpenAIEngine:
         self._pool.shutdown(wait=True)
         self.client.close()
 
-    def _complete(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+    def _encode(self, prompts: list[str]) -> list[str] | list[list[int]]:
+        """What a completion request sends for `prompts`: their ids with a tokenizer (module docstring), else
+        the strings. Encoded on the caller's thread, so the pool's threads share no tokenizer (a fast tokenizer
+        used by several threads at once can fail with "Already borrowed")."""
+        if self.tokenizer is None:
+            return prompts
+        return [prompt_token_ids(self.tokenizer, prompt) for prompt in prompts]
+
+    def _complete(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[Completion]:
         choices = self._call(
             self.client.completions.create,
             prompt=prompts,
@@ -207,6 +224,18 @@ class OpenAIEngine:
         if not models:
             raise self._error("the server lists no models; pass model=")
         return models[0].id
+
+
+def _load_tokenizer(tokenizer: Any) -> Any:
+    """`tokenizer` loaded when it is a local directory, as given otherwise (a loaded tokenizer, or None).
+
+    transformers is imported only here, so that a client without a tokenizer does not pay for it.
+    """
+    if not isinstance(tokenizer, (str, os.PathLike)):
+        return tokenizer
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer, local_files_only=True)
 
 
 def _completion(choice: Any, text: str, logprobs: list[float] | None) -> Completion:
