@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.sample_records import one_token_tokenizer
 from tests.single_process import SingleProcess
@@ -87,7 +88,7 @@ def test_current_steps_are_discounted_by_the_configured_gamma(tmp_path):
 
 def test_replayed_steps_are_discounted_by_the_configured_gamma(tmp_path, monkeypatch):
     loop = phase_loop(tmp_path, "actor.advantage.gamma=0.5", demonstrations=[success("demo")])
-    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (None, one_token_tokenizer()))
+    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (torch.nn.Linear(1, 1), one_token_tokenizer()))
     monkeypatch.setattr(phase_training, "actor_scorer", lambda *args, **kwargs: lambda p, a: [0.7] * len(p))
     loop._replay(1)
     kept = sorted(read_samples(loop.layout.replay_samples_path(1)), key=lambda sample: sample.step_index)

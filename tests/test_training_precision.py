@@ -71,13 +71,39 @@ def test_replay_scoring_runs_in_the_run_precision(tmp_path, monkeypatch):
 
         return score
 
-    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (None, one_token_tokenizer()))
+    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (torch.nn.Linear(2, 2), one_token_tokenizer()))
     monkeypatch.setattr(phase_training, "actor_scorer", scorer)
-    task = Task(task_id="t", intent="Open item t", sites=["shopping"], start_url="")
-    success = Trajectory(task=task, outcome=1.0, phase=0, status="exit", trajectory_id="t")
-    success.steps.append(Step(index=0, prompt="state", observation="<p>0</p>", response="act"))
     config = load_config(WebRLConfig, [f"output_dir={tmp_path}"])
     for precision, expected in (("bf16-mixed", (True, torch.bfloat16)), ("32-true", (False, torch.float32))):
         fabric = Fabric(accelerator="cpu", devices=1, precision=precision)
-        phase_training.filter_replay(fabric, config, [success], actor_dir=Path("unused"), current_steps=4)
+        phase_training.filter_replay(fabric, config, [_success()], actor_dir=Path("unused"), current_steps=4)
         assert seen.pop() == expected, precision
+
+
+def _success() -> Trajectory:
+    task = Task(task_id="t", intent="Open item t", sites=["shopping"], start_url="")
+    success = Trajectory(task=task, outcome=1.0, phase=0, status="exit", trajectory_id="t")
+    success.steps.append(Step(index=0, prompt="state", observation="<p>0</p>", response="act"))
+    return success
+
+
+class _MetaFabric(Fabric):
+    """A CPU Fabric whose device is `meta`: where a GPU rank's device would be, on a machine without one."""
+
+    device = torch.device("meta")
+
+
+def test_replay_scoring_runs_on_the_ranks_device(tmp_path, monkeypatch):
+    """The actor loads on the CPU; left there, a GPU run scored its replay in fp32 on the host."""
+    placed: list[torch.device] = []
+
+    def scorer(model, tokenizer, **kwargs):
+        placed.append(next(model.parameters()).device)
+        return lambda prompts, actions: [0.7] * len(prompts)
+
+    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (torch.nn.Linear(2, 2), one_token_tokenizer()))
+    monkeypatch.setattr(phase_training, "actor_scorer", scorer)
+    config = load_config(WebRLConfig, [f"output_dir={tmp_path}"])
+    fabric = _MetaFabric(accelerator="cpu", devices=1)
+    phase_training.filter_replay(fabric, config, [_success()], actor_dir=Path("unused"), current_steps=4)
+    assert placed == [torch.device("meta")]

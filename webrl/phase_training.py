@@ -94,9 +94,10 @@ def filter_replay(
     scored step's probability goes to `scores_path` for the run report's histogram.
 
     The scoring runs in the run's precision (`fabric.autocast()`), as the actor's training steps do;
-    in fp32 it took SmolLM2 7 min a phase on a 2-core CPU (31 batches of 8 replayed steps)."""
+    in fp32 it took SmolLM2 7 min a phase on a 2-core CPU (31 batches of 8 replayed steps). The actor loads on the
+    CPU and scores on the rank's device: left there, a GPU run scored in fp32 on the host, an 8B copy per rank."""
     model, tokenizer = load_actor_model(actor_dir)
-    score = actor_scorer(model, tokenizer, max_length=config.model.max_length)
+    score = actor_scorer(model.to(fabric.device), tokenizer, max_length=config.model.max_length)
     with fabric.autocast():
         return filter_by_perplexity(
             experience,

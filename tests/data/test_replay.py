@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from sample_records import build_trajectory
 
 from webrl.data.replay import (
@@ -226,7 +227,7 @@ def test_a_replayed_last_step_keeps_the_runs_chat_form_in_its_next_state(chat_to
     from webrl.config import load_config
     from webrl.loop_config import WebRLConfig
 
-    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (None, chat_tokenizer))
+    monkeypatch.setattr(phase_training, "load_actor_model", lambda path: (torch.nn.Linear(1, 1), chat_tokenizer))
     monkeypatch.setattr(phase_training, "actor_scorer", lambda *a, **k: lambda prompts, actions: [0.7] * len(prompts))
     success = build_trajectory("t", num_steps=2, tokenizer=chat_tokenizer)
     config = load_config(WebRLConfig, [f"output_dir={tmp_path}"])
