@@ -62,7 +62,8 @@ class ReplayFilterConfig:
     cap_ratio: float | None = 2.0
     """At most cap_ratio x (current phase's steps) replayed steps; null for no cap."""
     success_threshold: float = SUCCESS_THRESHOLD
-    """A trajectory whose outcome is at least this is a success (`Trajectory.succeeded_at`)."""
+    """A trajectory whose outcome is at least this is a success to replay (`Trajectory.succeeded_at`); 0.5 to 1,
+    since training counts an outcome below 0.5 as a failure."""
     first_success_per_task: bool = True
     """Keep only the first successful trajectory of each intent string."""
     seed: int = 0
@@ -80,7 +81,14 @@ class ReplayFilterConfig:
         )
         if self.cap_ratio is not None:
             positive(f"{prefix}.cap_ratio", self.cap_ratio)
-        within(f"{prefix}.success_threshold", self.success_threshold, 0, 1)
+        # Below the 0.5 that training's outcome uses (`trajectory_outcome`), a replayed "success" would be trained as
+        # a failure: return 0, critic target 0.
+        require(
+            SUCCESS_THRESHOLD <= self.success_threshold <= 1,
+            f"{prefix}.success_threshold",
+            self.success_threshold,
+            f"must be in [{SUCCESS_THRESHOLD}, 1]: training counts an outcome below {SUCCESS_THRESHOLD} as a failure",
+        )
 
     def in_window(self, probability: float) -> bool:
         above = probability >= self.low if self.low_inclusive else probability > self.low
