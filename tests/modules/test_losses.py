@@ -125,11 +125,20 @@ def test_release_beta_follows_the_reference_probability_not_the_policys():
 def test_release_actor_loss_with_sft_term():
     base, _ = actor_loss(*release_case(), ActorLossConfig.release())
     loss, stats = actor_loss(*release_case(), ActorLossConfig.release(sft_weight=1.0))
-    # positives s0, s2, s3: -(logp * exp(1 - exp(logp/count))) summed, over their 2 + 1 + 2 tokens
+    # positives s0, s2, s3: -(logp / count * exp(1 - exp(logp/count))), over the 4 rows (s1, a negative, adds 0)
     terms = [(-1.0, 2), (-0.1, 1), (-0.2, 2)]
-    sft = -sum(lp * math.exp(1 - math.exp(lp / n)) for lp, n in terms) / 5
+    sft = -sum(lp / n * math.exp(1 - math.exp(lp / n)) for lp, n in terms) / 4
     assert stats["sft_loss"].item() == pytest.approx(sft, rel=1e-5)
     assert loss.item() == pytest.approx(base.item() + sft, rel=1e-5)
+
+
+def test_the_sft_term_does_not_depend_on_how_rows_are_split():
+    """The loop weighs micro-batches by rows: two halves weighted 1/2 each must give the whole batch's loss."""
+    logp, ref, count, adv = release_case()
+    config = ActorLossConfig.release(sft_weight=1.0)
+    whole = actor_loss(logp, ref, count, adv, config)[0].item()
+    halves = [actor_loss(logp[i:j], ref[i:j], count[i:j], adv[i:j], config)[0].item() for i, j in ((0, 2), (2, 4))]
+    assert whole == pytest.approx(sum(halves) / 2, rel=1e-6)
 
 
 def test_each_release_choice_alone():
