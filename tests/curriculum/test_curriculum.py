@@ -168,6 +168,19 @@ def test_dedupe_against_training_tasks_seeds_earlier_phases_and_the_batch():
     assert second.metrics["curriculum/duplicate_rate"] == 1.0
 
 
+def test_generated_tasks_that_differ_in_a_symbol_are_both_kept():
+    reply = (
+        "- `Apply a $10 discount to order 5`\n- `Apply a 10% discount to order 5`\n- `apply a $10 discount to order 5.`"
+    )
+    curriculum, _ = make(CurriculumConfig(tasks_per_phase=10, generation_turns=1), reply=lambda p, s: reply)
+    result = curriculum.propose(1, phase_inputs({"shopping": 1}))
+    assert sorted(t.intent for t in result.tasks) == [
+        "Apply a $10 discount to order 5",
+        "Apply a 10% discount to order 5",
+    ]
+    assert result.metrics["curriculum/rejected_duplicate"] == 1.0
+
+
 def test_a_generated_task_that_a_held_out_task_asks_is_refused():
     # The generator writes a test-split task of the embedded sites word for word (in other case and punctuation).
     test_task = next(t for t in load_split("test") if t.site == "shopping")

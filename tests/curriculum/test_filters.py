@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from webrl.curriculum.filters import group_by, normalise_intent, phase_rng, pick_balanced, value_verdict
+from webrl.curriculum.filters import dedupe_key, group_by, normalise_intent, phase_rng, pick_balanced, value_verdict
 
 
 @pytest.mark.parametrize(
@@ -21,6 +21,27 @@ from webrl.curriculum.filters import group_by, normalise_intent, phase_rng, pick
 )
 def test_normalised_intents_that_are_the_same_task(a, b):
     assert normalise_intent(a) == normalise_intent(b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Apply a $10 discount to order 5", "Apply a 10% discount to order 5"),
+        ("List repositories written in C++ only", "List repositories written in C# only"),
+        ("List repositories written in C++ only", "List repositories written in C only"),
+        ("Set the stock of item 4 to -2", "Set the stock of item 4 to 2"),
+        ("Show order #12", "Show order 12"),
+    ],
+)
+def test_intents_that_differ_in_a_meaningful_symbol_are_different_tasks(a, b):
+    # Words alone would make them one task, and the curriculum dropped the second as a duplicate.
+    assert normalise_intent(a) == normalise_intent(b)
+    assert dedupe_key(a) != dedupe_key(b)
+
+
+def test_the_dedupe_key_still_ignores_case_spacing_end_punctuation_and_hyphens_between_words():
+    assert dedupe_key("Set the price of the Yo-Yo to $5.") == dedupe_key("set the price of the yo yo to  $5")
+    assert dedupe_key("Show me the price of the red mug.") == normalise_intent("Show me the price of the red mug.")
 
 
 def test_normalisation_keeps_the_words_and_numbers_that_make_tasks_differ():

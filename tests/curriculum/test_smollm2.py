@@ -12,7 +12,7 @@ import pytest
 
 from webrl.curriculum.config import CurriculumConfig
 from webrl.curriculum.curriculum import Curriculum
-from webrl.curriculum.filters import normalise_intent
+from webrl.curriculum.filters import dedupe_key
 from webrl.curriculum.generation import GenerationRequest, parse_task_list
 from webrl.data.trajectory import Task, Trajectory
 
@@ -67,8 +67,8 @@ def test_smollm2_generates_parseable_tasks(engine):
     assert parsed.tasks, f"no task parsed from the model's reply {reply!r}"
     assert result.metrics["curriculum/generated"] == len(parsed.tasks)
     # Kept = the parsed tasks that are neither a seed (the model may echo one) nor a repeat, in any order.
-    seen = {normalise_intent(s) for s in SEEDS}
-    expected = {normalise_intent(t): t for t in parsed.tasks if normalise_intent(t) not in seen}
+    seen = {dedupe_key(s) for s in SEEDS}
+    expected = {dedupe_key(t): t for t in parsed.tasks if dedupe_key(t) not in seen}
     assert sorted(t.intent for t in result.tasks) == sorted(expected.values())
     for task in result.tasks:
         assert "`" not in task.intent and "\n" not in task.intent

@@ -36,8 +36,8 @@ from typing import Any
 from webrl.curriculum.config import CurriculumConfig, template_full
 from webrl.curriculum.filters import (
     FeasibilityJudge,
+    dedupe_key,
     group_by,
-    normalise_intent,
     phase_rng,
     pick_balanced,
     value_verdict,
@@ -187,11 +187,11 @@ class Curriculum:
         """Failed tasks, one per normalised intent, in an order that does not depend on the input order."""
         failed = sorted(
             (t.task for t in trajectories if not t.succeeded),
-            key=lambda task: (task.site, normalise_intent(task.intent), task.task_id),
+            key=lambda task: (task.site, dedupe_key(task.intent), task.task_id),
         )
         unique: dict[str, Task] = {}
         for task in failed:
-            unique.setdefault(normalise_intent(task.intent), task)
+            unique.setdefault(dedupe_key(task.intent), task)
         return list(unique.values())
 
     def _from_llm(self, phase: int, seeds: list[Task], record: PhaseRecord) -> list[_Candidate]:
@@ -246,8 +246,8 @@ class Curriculum:
         `held_out`: a generator may write an evaluation task word for word, which training must not see."""
         fresh, keys = [], set()
         for candidate in candidates:
-            key = normalise_intent(candidate.task.intent)
-            if self.held_out.has_intent(key):
+            key = dedupe_key(candidate.task.intent)
+            if self.held_out.has_intent(candidate.task.intent):
                 record.rejected.append(_rejection_of(candidate, "held_out"))
             elif key in self.state.seen or key in keys:
                 record.rejected.append(_rejection_of(candidate, "duplicate"))

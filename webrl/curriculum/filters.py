@@ -39,6 +39,21 @@ def normalise_intent(text: str) -> str:
     return " ".join(_WORD.findall(unicodedata.normalize("NFKC", text).casefold()))
 
 
+_MEANINGFUL_SYMBOL = re.compile(r"[$%#+€£¥]|(?<!\w)-(?=\d)")
+
+
+def dedupe_key(text: str) -> str:
+    """The key under which the curriculum takes two intents for the same task: `normalise_intent`, then the symbols
+    that change what is asked (currency, %, #, +, a minus sign), in order.
+
+    Without them "Apply a $10 discount" and "Apply a 10% discount", or "in C++" and "in C#", were one task and the
+    second was dropped as a duplicate. Appended, not kept in place, so intents order as their normalised words do.
+    """
+    key = normalise_intent(text)
+    symbols = _MEANINGFUL_SYMBOL.findall(unicodedata.normalize("NFKC", text))
+    return f"{key} {' '.join(symbols)}" if symbols else key
+
+
 def phase_rng(seed: int, phase: int, stream: str) -> random.Random:
     """A random stream derived from (seed, phase, stream) only, never from global state.
 

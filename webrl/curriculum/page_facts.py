@@ -121,7 +121,8 @@ class HeldOutFacts:
                 self._asked.append((entities, answers))
 
     def has_intent(self, intent: str) -> bool:
-        """Whether a held-out task asks `intent` (compared normalised, as the curriculum's dedupe compares)."""
+        """Whether a held-out task asks `intent`, compared by words alone (`normalise_intent`): stricter than the
+        curriculum's dedupe, which also tells "$10" from "10%", since training must never see an evaluation task."""
         return normalise_intent(intent) in self._intents
 
     def covers(self, subject: str, answer: str) -> bool:

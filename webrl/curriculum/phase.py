@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from webrl.curriculum.config import CurriculumConfig, template_full
 from webrl.curriculum.curriculum import Critic, CriticPrompt, Curriculum, Reinstantiate
-from webrl.curriculum.filters import normalise_intent
+from webrl.curriculum.filters import dedupe_key
 from webrl.curriculum.page_facts import HeldOutFacts
 from webrl.curriculum.state import STATE_FILE, CurriculumState
 from webrl.data.steps import StepSample
@@ -51,7 +51,7 @@ def top_up(
 
     A phase with no tasks could not train; topping up from the training split keeps the phase size
     at `wanted`. `used` holds the intents of earlier phases; the tasks' own intents are added here.
-    Intents are compared normalised (`normalise_intent`), as the curriculum's dedupe compares them, so
+    Intents are compared by `dedupe_key`, as the curriculum's dedupe compares them, so
     a pool task that differs from a used one only in case, spacing or end punctuation is not taken, nor
     a second pool task of an intent the pool already offers (a task set may repeat an intent).
     With `max_per_template` > 0 no template may pass that many tasks in the phase: a drawn task of a
@@ -61,7 +61,7 @@ def top_up(
     missing = wanted - len(tasks)
     if missing <= 0:
         return tasks, 0
-    taken = {normalise_intent(intent) for intent in used} | {normalise_intent(task.intent) for task in tasks}
+    taken = {dedupe_key(intent) for intent in used} | {dedupe_key(task.intent) for task in tasks}
     fresh = _unused(pool, taken)
     rng = random.Random(seed)
     per_template = Counter(task.intent_template for task in tasks)
@@ -84,7 +84,7 @@ def _unused(pool: Sequence[Task], taken: set[str]) -> list[Task]:
     """The tasks of `pool` whose normalised intent is not in `taken`, the first of each intent, in pool order."""
     fresh = []
     for task in pool:
-        key = normalise_intent(task.intent)
+        key = dedupe_key(task.intent)
         if key not in taken:
             taken.add(key)
             fresh.append(task)

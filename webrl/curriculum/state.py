@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webrl.curriculum.filters import normalise_intent
+from webrl.curriculum.filters import dedupe_key
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import Task
 
@@ -58,10 +58,10 @@ class CurriculumState:
 
     def mark_seen(self, intents: Iterable[str]) -> None:
         """Remember intents (training tasks, seeds, kept tasks) so that no later phase proposes them again."""
-        self.seen.update(normalise_intent(intent) for intent in intents)
+        self.seen.update(dedupe_key(intent) for intent in intents)
 
     def is_seen(self, intent: str) -> bool:
-        return normalise_intent(intent) in self.seen
+        return dedupe_key(intent) in self.seen
 
     def to_dict(self) -> dict[str, Any]:
         return {
