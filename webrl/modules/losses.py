@@ -150,8 +150,7 @@ def actor_loss(
     if config.sft_weight:
         weight = torch.exp(1.0 - torch.exp(logp_sum.detach() / count))  # (B,): larger for unlikely actions
         positive = (advantage > 0).to(logp_sum.dtype)  # (B,)
-        # Each action's per-token mean, then the mean over rows like the main term: the loop weighs micro-batches by
-        # rows, and a mean over the batch's tokens would make the step depend on how rows were split.
+        # Per action, then over rows like the main term: a mean over tokens made a step depend on the split.
         sft = -(logp_sum / count * weight * positive).mean()
         loss = loss + config.sft_weight * sft
     stats = {
