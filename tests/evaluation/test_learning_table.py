@@ -223,3 +223,22 @@ def test_recipe_result_is_not_reused_once_its_checkpoint_holds_other_weights(tmp
     assert f"{folder} no longer holds the weights it evaluated" in caplog.text
     (folder / "model.safetensors").unlink()  # or deleted
     assert recipe_result("sft", tmp_path, "sft", settings) is None
+
+
+def test_a_phase_evaluated_but_not_checkpointed_is_not_finished(tmp_path):
+    """Killed between phase 1's evaluate and checkpoint: no result (the comparison resumes the run), where the
+    evaluation alone gave a wall time of 60 s, phase 0's only."""
+    layout = RunLayout(tmp_path)
+    write_trajectories(layout.eval_path(1, 0), [trajectory("1", 1.0)])
+    RunState(phase=1, done=list(STAGES[:8]), history=[{"phase": 0, "time/phase_s": 60.0}]).save(layout.state_path)
+    assert STAGES[7] == "evaluate"
+    assert loop_result("webrl", tmp_path, 1, suite="embedded", split="test") is None
+
+
+def test_a_missing_phase_record_leaves_the_wall_time_unknown(tmp_path):
+    """Phase 1 closed, phase 0's record gone: 120 s would be one phase of two; no time rather than half of it."""
+    layout = RunLayout(tmp_path)
+    write_trajectories(layout.eval_path(1, 0), [trajectory("1", 1.0)])
+    RunState(phase=2, history=[{"phase": 1, "time/phase_s": 120.0}]).save(layout.state_path)
+    found = loop_result("webrl", tmp_path, 1, suite="embedded", split="test")
+    assert (found.wall_s, found.wall_source) == (None, "")

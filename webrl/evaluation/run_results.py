@@ -1,12 +1,12 @@
 """A run directory's final held-out evaluation, read back for a comparison: per-task outcomes, from where, how long.
 
 Two kinds of runs end in an evaluation. A WebRL run (`recipes.webrl`) evaluates after every phase into
-`phase_NNN/eval.rankR.jsonl`; its result is the last phase's, once `run_state.json` marks that phase's
-evaluation done. The SFT and Filtered BC recipes evaluate one checkpoint through `recipes.evaluate` into
-`eval_<name>-<id>.json` (written last, so its presence means the evaluation finished) beside the
-trajectories `.jsonl`; a run directory can hold evaluations made with other settings, so the one read is
-the newest whose recorded settings (split, task count, seed, sampling: `identity`) are the config's and
-whose checkpoint still holds the weights it evaluated.
+`phase_NNN/eval.rankR.jsonl`; its result is the last phase's, once `run_state.json` marks that phase
+checkpointed (its record, with its time, is written then). The SFT and Filtered BC recipes evaluate one
+checkpoint through `recipes.evaluate` into `eval_<name>-<id>.json` (written last, so its presence means the
+evaluation finished) beside the trajectories `.jsonl`; a run directory can hold evaluations made with other
+settings, so the one read is the newest whose recorded settings (split, task count, seed, sampling:
+`identity`) are the config's and whose checkpoint still holds the weights it evaluated.
 
 The wall time comes from `launches.json`, which a comparison writes when it runs a method (every launch,
 with its duration, resumed launches included); without it, a WebRL run's phase times are summed (they
@@ -29,7 +29,7 @@ from webrl.evaluation.breakdown import TaskOutcome
 from webrl.evaluation.identity import CHECKPOINT_KEYS, weights_unchanged
 from webrl.evaluation.outcomes import success_map, task_outcomes
 from webrl.run_layout import RunLayout
-from webrl.run_state import RunState, write_json_atomic
+from webrl.run_state import STAGES, RunState, write_json_atomic
 
 LAUNCHES_FILE = "launches.json"
 """In a method's run directory: each launch a comparison made of it (command, seconds, exit status)."""
@@ -68,12 +68,16 @@ class RunResult:
 
 
 def loop_result(method: str, run_dir: Path, phase: int, *, suite: str, split: str) -> RunResult | None:
-    """The evaluation of `phase` of a WebRL run in `run_dir` (its last phase), or None while it is not done."""
+    """The evaluation of `phase` of a WebRL run in `run_dir` (its last phase), or None until that phase is closed.
+
+    Closed means checkpointed, not merely evaluated: a run killed between the two has no phase record (no
+    time) yet, and must be resumed to finish it.
+    """
     layout = RunLayout(run_dir)
     if not layout.state_path.exists():
         return None
     state = RunState.load(layout.state_path)
-    if not state.is_done(phase, "evaluate"):
+    if not state.is_done(phase, STAGES[-1]):
         return None
     wall_s, wall_source = loop_wall_seconds(run_dir, state, phase)
     episodes = layout.evaluations(phase)
@@ -109,11 +113,12 @@ def _went_past(state: RunState, phase: int) -> bool:
 
 
 def phase_seconds(history: list[dict[str, Any]], phase: int) -> float | None:
-    """The summed `time/phase_s` of the history's phases up to `phase` (each record names its `phase`), or None when
-    one of them lacks it."""
-    times = [record.get("time/phase_s") for record in history if record.get("phase", 0) <= phase]
-    if times and all(isinstance(value, (int, float)) for value in times):
-        return float(sum(times))
+    """The summed `time/phase_s` of the history's phases 0 to `phase` (each record names its `phase`), or None when
+    one of them has no record or it lacks the time: a partial sum would pass for the whole run's time."""
+    times = {record.get("phase", 0): record.get("time/phase_s") for record in history}
+    needed = [times.get(number) for number in range(phase + 1)]
+    if all(isinstance(value, (int, float)) for value in needed):
+        return float(sum(needed))
     return None
 
 
