@@ -49,6 +49,7 @@ from webrl.evaluation.outcomes import Baseline, load_baseline
 from webrl.evaluation.report import evaluation_statistics
 from webrl.evaluation.stats import require_same_tasks
 from webrl.inference.engine import build_engine
+from webrl.inference.rollout_metrics import rollout_counts
 from webrl.loop_config import WebRLConfig
 from webrl.metrics import errored, success_by_site
 from webrl.report import format_site_table
@@ -79,7 +80,9 @@ def evaluate_checkpoint(
     seen_templates = {task.intent_template_id for task in env.suite(config.env.train_split, 0, config.seed)}
     statistics, markdown = evaluation_statistics(trajectories, seen_templates, title, baseline)
     record = {"checkpoint": str(checkpoint), "identity": identity, "code": code_version()}
-    record.update({**metrics, **rollout_metrics, **statistics})
+    # `run_episodes` counts only this launch's episodes: a resumed evaluation's counts are redone over all of them,
+    # as the loop does (a launch with nothing left to run has no metrics of its own).
+    record.update({**metrics, **rollout_metrics, **rollout_counts(trajectories), **statistics})
     write_json_atomic(out_dir / f"{stem}.json", record)
     write_text_atomic(out_dir / f"{stem}.md", markdown)
     CheckpointReport([Evaluation(name, out_dir / f"{stem}.jsonl", out_dir, trajectories)]).write(

@@ -12,6 +12,7 @@ import recipes.evaluate as evaluate
 from webrl.code_version import code_version
 from webrl.data.trajectory import Task, Trajectory, read_trajectories, write_trajectories
 from webrl.evaluation.outcomes import Baseline, load_baseline
+from webrl.inference.rollout_metrics import rollout_counts
 from webrl.loop_config import WebRLConfig
 from webrl.run_layout import RunLayout
 
@@ -216,3 +217,31 @@ def test_a_webrl_phase_shard_as_baseline_brings_every_ranks_tasks(tmp_path):
     baseline = load_baseline(layout.eval_path(1, 0))
     assert baseline.outcomes == {"1": True, "2": False, "1003": True} and baseline.tasks == {"1", "2", "1003"}
     evaluate.require_baseline_tasks(TASKS, baseline, "test")
+
+
+class CountingEnvironment(ResumingEnvironment):
+    """As WebEnvironment: the metrics it returns count only the episodes this launch ran (none: no metrics)."""
+
+    def run_episodes(self, engine, tasks, out_path, **kwargs):
+        before = self.episodes
+        trajectories, _ = super().run_episodes(engine, tasks, out_path, **kwargs)
+        ran = self.episodes - before
+        return trajectories, (rollout_counts(trajectories[-ran:]) if ran else {})
+
+
+def test_a_resumed_evaluation_counts_its_rollouts_over_every_episode(tmp_path, monkeypatch):
+    """Tasks 1 and 2 done before a kill, 1003 run on resume: 3 episodes, 2/3 solved (shopping 1/2, reddit 1/1), not
+    the resume's 1 of 1; and a relaunch with nothing left to run records the same."""
+    monkeypatch.setattr(evaluate, "build_engine", lambda *args, **kwargs: ClosingEngine())
+    config = WebRLConfig(output_dir=str(tmp_path / "out"))
+    stem = f"eval_b-{evaluate.identity_tag(evaluate.evaluation_identity(config, Path('ckpt')))}"
+    done = [Trajectory(task, status="exit", eval_reward=REWARDS[task.task_id]) for task in TASKS[:2]]
+    write_trajectories(tmp_path / "out" / f"{stem}.jsonl", done)
+    for expected_run in (1, 0):
+        env = CountingEnvironment(REWARDS)
+        evaluate.evaluate_checkpoint(config, env, Path("ckpt"), "b")
+        assert env.episodes == expected_run
+        record = json.loads((tmp_path / "out" / f"{stem}.json").read_text())
+        assert (record["rollout/episodes"], record["rollout/status/exit"]) == (3, 3)
+        assert record["rollout/success_rate"] == pytest.approx(2 / 3)
+        assert (record["rollout/success_rate/shopping"], record["rollout/success_rate/reddit"]) == (0.5, 1.0)
