@@ -35,7 +35,7 @@ from recipes.filtered_bc_config import FilteredBCRunConfig
 from recipes.webrl import CONFIG_DIR, DEFAULT_CONFIG
 from webrl.comparison import Comparison, Method
 from webrl.config_checks import ConfigError
-from webrl.data.atomic_io import write_json_atomic
+from webrl.data.atomic_io import write_json_atomic, write_text_atomic
 from webrl.loop_config import WebRLConfig
 from webrl.tracking import WANDB_ENVIRONMENT, setup_logging
 
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     markdown = table.to_markdown()
     write_json_atomic(options.output_root / f"{TABLE_NAME}.json", record)
-    (options.output_root / f"{TABLE_NAME}.md").write_text(markdown, encoding="utf-8")
+    write_text_atomic(options.output_root / f"{TABLE_NAME}.md", markdown)
     print(markdown)
     print(f"table: {options.output_root / TABLE_NAME}.md (.json)")
     if failures:

@@ -16,6 +16,7 @@ from recipes.webrl import DEFAULT_CONFIG, recipe_config
 from webrl.comparison import Comparison, Method, train_templates
 from webrl.config import load_config
 from webrl.config_checks import ConfigError
+from webrl.data import atomic_io
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.evaluation.identity import evaluation_settings, weights_sha256
 from webrl.evaluation.run_results import launch_seconds
@@ -247,3 +248,22 @@ def test_the_whole_table_on_a_tiny_setting(tmp_path, model_cache, run_recipe, qu
     assert again.returncode == 0, again.stderr[-4000:]
     assert again.stdout.count("reusing") == len(names) and "[phase" not in again.stdout
     assert json.loads((root / "learning_table.json").read_text()) == record
+
+
+def test_the_markdown_table_is_written_atomically(tmp_path, monkeypatch, quick):
+    """A write of learning_table.md that fails before its rename leaves the previous table whole."""
+    root = tmp_path / "cmp"
+    write_loop_run(root / "webrl", solved={"1"})
+    (root / "learning_table.md").write_text("the previous table\n")
+    rename = atomic_io.os.replace
+
+    def failing_for_markdown(source, target):
+        if str(target).endswith(".md"):
+            raise OSError("disk full")
+        rename(source, target)
+
+    monkeypatch.setattr(atomic_io.os, "replace", failing_for_markdown)
+    with pytest.raises(OSError, match="disk full"):
+        compare.main(["--reuse-only", "--output-root", str(root), "--methods", "webrl", *quick])
+    assert (root / "learning_table.md").read_text() == "the previous table\n"
+    assert not (root / ".learning_table.md.tmp").exists()
