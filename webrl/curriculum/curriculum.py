@@ -184,7 +184,7 @@ class Curriculum:
         return CurriculumResult(phase, tasks, record.metrics, record)
 
     def _seeds(self, trajectories: Iterable[Trajectory]) -> list[Task]:
-        """Failed tasks, one per normalised intent, in an order that does not depend on the input order."""
+        """Failed tasks, one per `dedupe_key`, in an order that does not depend on the input order."""
         failed = sorted(
             (t.task for t in trajectories if not t.succeeded),
             key=lambda task: (task.site, dedupe_key(task.intent), task.task_id),

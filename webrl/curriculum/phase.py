@@ -81,7 +81,7 @@ def top_up(
 
 
 def _unused(pool: Sequence[Task], taken: set[str]) -> list[Task]:
-    """The tasks of `pool` whose normalised intent is not in `taken`, the first of each intent, in pool order."""
+    """The tasks of `pool` whose `dedupe_key` is not in `taken`, the first of each intent, in pool order."""
     fresh = []
     for task in pool:
         key = dedupe_key(task.intent)
