@@ -2,8 +2,9 @@
 
 Sequences follow the tokenisation convention of `webrl.modules.lm` (so that the replay filter,
 the reference model and the actor score the same tokens): prompt ids = `prompt_token_ids(tokenizer, prompt)`
-(BOS included where the tokenizer adds it, once), action ids = `tokenizer(action, add_special_tokens=False)`
-plus the eos token (the action terminator); `action_mask` marks the action ids and eos.
+(BOS included where the tokenizer adds it, once), action ids = `action_token_ids(tokenizer, action)`, the
+action's ids plus the eos token (the action terminator), without the eos when the engine cut the
+response at its token budget (`StepSample.truncated`); `action_mask` marks the action ids and eos.
 Tokenising prompt and action separately matches what an inference engine sees (prompt ids, then
 sampled ids) and avoids a BPE merge across the boundary.
 
@@ -35,6 +36,20 @@ from webrl.data.prompts import prompt_token_ids, shrink_page, uses_chat_template
 from webrl.data.steps import StepSample
 
 
+def action_token_ids(tokenizer: Any, action: str, *, truncated: bool = False) -> list[int]:
+    """The ids an action is trained and scored on: its text's ids, then the eos token that ended it.
+
+    A response the engine cut at `max_tokens` (`truncated`) never produced that eos: appending it would
+    train the actor to stop where it did not, and put log pi(eos | cut text) into the response's log-prob,
+    the reference's and the replay filter's confidence. An empty cut response keeps the eos, so that every
+    action has at least one token to score.
+    """
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token: actions need a terminator")
+    ids = tokenizer(action, add_special_tokens=False)["input_ids"]
+    return ids if truncated and ids else [*ids, tokenizer.eos_token_id]
+
+
 class StepTokenizer:
     """Turns step samples into token ids within `max_length`, cutting only page HTML."""
 
@@ -51,8 +66,9 @@ class StepTokenizer:
         """Prompt ids, with the special tokens (BOS) the tokenizer adds at serving time (`prompt_token_ids`)."""
         return prompt_token_ids(self.tokenizer, text)
 
-    def action_ids(self, action: str) -> list[int]:
-        return self.tokenizer(action, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+    def action_ids(self, action: str, *, truncated: bool = False) -> list[int]:
+        """`action_token_ids` under this tokenizer."""
+        return action_token_ids(self.tokenizer, action, truncated=truncated)
 
     def fit_prompts(self, sample: StepSample, limit: int, *, with_next: bool = True) -> tuple[list[int], list[int]]:
         """Ids of s (and s' when `with_next`) within `limit` tokens each, cutting page HTML when needed."""
@@ -75,13 +91,13 @@ class StepTokenizer:
         return self._fit_actor(sample)[0]
 
     def actor_ids(self, sample: StepSample) -> tuple[list[int], list[int]]:
-        """The actor's prompt ids (those of `actor_prompt`) and action ids (eos included), together within
-        `max_length`."""
+        """The actor's prompt ids (those of `actor_prompt`) and action ids (eos included unless the response was
+        cut), together within `max_length`."""
         _, prompt_ids, action_ids = self._fit_actor(sample)
         return prompt_ids, action_ids
 
     def _fit_actor(self, sample: StepSample) -> tuple[str, list[int], list[int]]:
-        action = self.action_ids(sample.action)
+        action = self.action_ids(sample.action, truncated=sample.truncated)
         if len(action) >= self.max_length:
             raise ValueError(
                 f"task {sample.task_id} step {sample.step_index}: the action alone is {len(action)} tokens, "
@@ -189,8 +205,8 @@ class CriticCollator:
 class ActorCollator:
     """Batches of prompt + action (+ eos) ids with the action mask, advantage inputs and critic states.
 
-    `input_ids` (B, T) holds prompt ids then action ids then eos; `action_mask` (B, T) is 1 on the
-    action and eos positions. The critic's view of s and s' rides along (`state_*`,
+    `input_ids` (B, T) holds prompt ids then action ids then eos (none after a cut response); `action_mask`
+    (B, T) is 1 on the action and eos positions. The critic's view of s and s' rides along (`state_*`,
     `next_state_*`, tokenised with `critic_tokenizer`) so advantages can be computed in the step;
     when every sample already carries an advantage, `advantage` (B,) comes instead of the states.
     """

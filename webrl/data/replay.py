@@ -40,8 +40,12 @@ MANIFEST_VERSION = 1
 PHASE_FILE = "trajectories.jsonl"
 """A phase's trajectories, in the phase's directory (`phase_name`) of the buffer."""
 
-Scorer = Callable[[list[str], list[str]], list[float]]
-"""score(prompts, actions) -> geometric-mean action-token probability of each (prompt, action)."""
+Scorer = Callable[..., list[float]]
+"""score(prompts, actions) -> geometric-mean action-token probability of each (prompt, action).
+
+For a batch holding a response the engine cut at its token budget, `score_samples` adds a third argument, one
+`StepSample.truncated` flag per action, so that the cut actions are scored without the end-of-sequence token they
+never had (`webrl.modules.lm.actor_scorer` takes it); batches with no cut response get the two arguments alone."""
 
 PromptFitter = Callable[[StepSample], str]
 """fit_prompt(sample) -> the prompt text a sample's action is scored after (the one the actor trains on)."""
@@ -234,7 +238,9 @@ def score_samples(
     # Progress on rank 0 only: a bar on a terminal, a periodic line elsewhere.
     for start in progress_bar(starts, desc="replay scoring", unit="batch", enabled=rank == 0):
         batch = shard[start : start + batch_size]
-        scores = score([prompt_of(s) for s in batch], [s.action for s in batch])
+        prompts, actions = [prompt_of(s) for s in batch], [s.action for s in batch]
+        cut = [s.truncated for s in batch]
+        scores = score(prompts, actions, cut) if any(cut) else score(prompts, actions)
         if len(scores) != len(batch):
             raise ValueError(f"scorer returned {len(scores)} scores for a batch of {len(batch)}")
         local.extend(float(x) for x in scores)

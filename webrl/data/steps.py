@@ -39,7 +39,8 @@ class StepSample:
     """One training step; `prompt` is s, `next_prompt` is s', `action` the raw response a.
 
     `score` is the replay filter's geometric-mean action probability (replayed steps only);
-    `advantage` is filled when advantages are computed ahead of the actor update.
+    `advantage` is filled when advantages are computed ahead of the actor update. `truncated` is its
+    step's `Step.truncated`: the action has no end-of-sequence token to train on.
     """
 
     task_id: str
@@ -61,6 +62,7 @@ class StepSample:
     score: float | None = None
     advantage: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    truncated: bool = False
 
     def build_prompt(self, max_chars: int, chat_template_tokenizer: Any = None, *, next_state: bool = False) -> str:
         """s (or s' with `next_state`) re-built within `max_chars` characters; only the page HTML shrinks."""
@@ -158,6 +160,7 @@ def trajectory_to_samples(
                 mc_return=returns[i],
                 done=last,
                 trajectory_reward=outcome,
+                truncated=step.truncated,
             )
         )
     return samples

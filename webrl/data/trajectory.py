@@ -157,6 +157,8 @@ class Step:
     `prompt` is the exact string given to the model, so training on this step re-uses it byte for
     byte. `observation` is the simplified page HTML before the action; `action` is the parsed
     action as a dict (None when the response did not parse, with the reason in `error`).
+    `truncated` says the engine cut the response at its token budget (`rollout.max_tokens`): the model never
+    emitted its end-of-sequence token, so training must not score one after it (`webrl.data.collate.action_token_ids`).
     """
 
     index: int
@@ -170,6 +172,7 @@ class Step:
     timings: dict[str, float] = field(default_factory=dict)
     response_token_ids: list[int] | None = None
     response_logprobs: list[float] | None = None
+    truncated: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Step:

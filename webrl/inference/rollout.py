@@ -297,6 +297,7 @@ class _Rollout:
                 step.timings["engine"] = round(answered - asked, 4)
                 step.response_token_ids = completion.token_ids or None
                 step.response_logprobs = completion.logprobs
+                step.truncated = completion.finish_reason == "length"
                 observation = result.observation
             if shot is not None:
                 with self.clock.browser():

@@ -7,7 +7,8 @@ exactly the same tokens:
 - prompt ids = `prompt_token_ids(tokenizer, prompt)` (so BOS is included when the tokenizer adds it, as WebRL's
   Llama-3 tokenizer does in both training and serving, and only once when a chat template rendered it);
 - action ids = `tokenizer(action, add_special_tokens=False) + [eos_token_id]` (the EOS is WebRL's
-  action terminator `<|eot_id|>`, and the model must learn to emit it);
+  action terminator `<|eot_id|>`, and the model must learn to emit it), without the EOS for a response
+  the engine cut at its token budget (`webrl.data.collate.action_token_ids`);
 - input = prompt ids + action ids; the action mask marks the action ids (EOS included);
 - when the input is longer than `max_length`, the PROMPT is cut from the left (keeping a leading
   BOS), never the action: the end of the prompt holds the current page, the start the oldest history.
@@ -29,6 +30,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from webrl.data.collate import action_token_ids
 from webrl.data.prompts import prompt_token_ids
 from webrl.data.replay import Scorer
 from webrl.modules.model_factory import build_tiny_model, convert_smollm2
@@ -147,12 +149,15 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, max_length: i
 
 
 def encode_prompt_action(
-    tokenizer: PreTrainedTokenizerBase, prompt: str, action: str, max_length: int | None = None
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str,
+    action: str,
+    max_length: int | None = None,
+    *,
+    truncated: bool = False,
 ) -> tuple[list[int], list[int]]:
     """Token ids of prompt+action and the 0/1 mask of the action's tokens (see the module docstring)."""
-    if tokenizer.eos_token_id is None:
-        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token: actions need a terminator")
-    action_ids = tokenizer(action, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    action_ids = action_token_ids(tokenizer, action, truncated=truncated)
     prompt_ids = prompt_token_ids(tokenizer, prompt)
     if max_length is not None:
         if len(action_ids) + 1 > max_length:
@@ -187,14 +192,20 @@ def collate_actions(
     examples: Sequence[tuple[str, str, float]],
     max_length: int | None = None,
     padding_side: str = "left",
+    truncated: Sequence[bool] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Build an actor batch from (prompt, action, advantage) triples.
 
     Returns input_ids, attention_mask, action_mask (all (B, T) long) and advantage ((B,) float).
     Left padding is the default because it lines the actions up at the end, which lets the forward
-    pass compute logits for the action span only (see `action_token_logprobs`).
+    pass compute logits for the action span only (see `action_token_logprobs`). `truncated[i]` marks an
+    action the engine cut, which gets no EOS; None means none was cut.
     """
-    encoded = [encode_prompt_action(tokenizer, p, a, max_length) for p, a, _ in examples]
+    cut = _truncation_flags(truncated, len(examples))
+    encoded = [
+        encode_prompt_action(tokenizer, p, a, max_length, truncated=flag)
+        for (p, a, _), flag in zip(examples, cut, strict=True)
+    ]
     input_ids, attention_mask = pad_batch([ids for ids, _ in encoded], tokenizer.pad_token_id, padding_side)
     action_mask, _ = pad_batch([m for _, m in encoded], 0, padding_side)
     advantage = torch.tensor([float(adv) for _, _, adv in examples], dtype=torch.float32)  # (B,)
@@ -204,6 +215,15 @@ def collate_actions(
         "action_mask": action_mask,
         "advantage": advantage,
     }
+
+
+def _truncation_flags(truncated: Sequence[bool] | None, count: int) -> list[bool]:
+    """One cut flag per action: `truncated` checked against `count`, or all False when None."""
+    if truncated is None:
+        return [False] * count
+    if len(truncated) != count:
+        raise ValueError(f"{len(truncated)} truncation flags for {count} actions")
+    return [bool(flag) for flag in truncated]
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -264,8 +284,12 @@ def action_logprobs(
     actions: Sequence[str],
     batch_size: int = 8,
     max_length: int | None = None,
+    truncated: Sequence[bool] | None = None,
 ) -> ActionLogProbs:
     """Score actions under `model` in batches without gradients (eval mode, restored afterwards).
+
+    `truncated` marks actions the engine cut at its token budget: they are scored without the EOS
+    they never had (`collate_actions`).
 
     Batches are formed from neighbours in length (prompt and action characters) and the scores
     returned in the given order: a batch pads to its longest member, and replayed steps range from a
@@ -274,6 +298,7 @@ def action_logprobs(
     """
     if len(prompts) != len(actions):
         raise ValueError(f"{len(prompts)} prompts but {len(actions)} actions")
+    cut = _truncation_flags(truncated, len(prompts))
     if not prompts:
         empty = torch.zeros(0)
         return ActionLogProbs(sum=empty, count=empty, mean=empty, geo_mean_prob=empty)
@@ -284,8 +309,10 @@ def action_logprobs(
     sums, counts = [], []
     try:
         for start in range(0, len(order), batch_size):
-            chunk = [(prompts[i], actions[i], 0.0) for i in order[start : start + batch_size]]
-            batch = {k: v.to(device) for k, v in collate_actions(tokenizer, chunk, max_length).items()}
+            rows = order[start : start + batch_size]
+            chunk = [(prompts[i], actions[i], 0.0) for i in rows]
+            collated = collate_actions(tokenizer, chunk, max_length, truncated=[cut[i] for i in rows])
+            batch = {k: v.to(device) for k, v in collated.items()}
             mask = batch["action_mask"]
             token_lp = action_token_logprobs(model, batch["input_ids"], batch["attention_mask"], mask)
             sums.append(token_lp.sum(-1).float().cpu())
@@ -300,10 +327,15 @@ def action_logprobs(
 
 
 def actor_scorer(model: Any, tokenizer: Any, *, batch_size: int = 8, max_length: int | None = None) -> Scorer:
-    """The replay filter's scorer (`webrl.data.replay.Scorer`): geometric-mean action-token probability."""
+    """The replay filter's scorer (`webrl.data.replay.Scorer`): geometric-mean action-token probability.
 
-    def score(prompts: list[str], actions: list[str]) -> list[float]:
-        scores = action_logprobs(model, tokenizer, prompts, actions, batch_size=batch_size, max_length=max_length)
+    Its optional third argument marks the actions the engine cut, scored without an EOS (`action_logprobs`).
+    """
+
+    def score(prompts: list[str], actions: list[str], truncated: Sequence[bool] | None = None) -> list[float]:
+        scores = action_logprobs(
+            model, tokenizer, prompts, actions, batch_size=batch_size, max_length=max_length, truncated=truncated
+        )
         return scores.geo_mean_prob.tolist()
 
     return score
