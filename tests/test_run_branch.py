@@ -79,6 +79,7 @@ def _write_stage(layout: RunLayout, stage: str, phase: int) -> dict[str, float]:
         write_bytes_atomic(layout.actor_dir(phase) / "model.safetensors", f"actor of phase {phase}".encode())
         write_jsonl_atomic(layout.advantages_path(phase), [{"advantage": 0.25 * phase}])
     elif stage == "evaluate":
+        layout.record_eval_tasks(phase, [f"p{phase}e"])
         write_trajectories(
             layout.eval_path(phase, 0), [_with_screenshot(layout, _trajectory(f"p{phase}e", phase), phase)]
         )
@@ -139,7 +140,7 @@ def _stage_files(phase: int, stages: tuple[str, ...] | list[str]) -> set[str]:
         if phase
         else set(),
         "sync": set(),
-        "evaluate": {f"{d}/eval.rank0.jsonl", f"{d}/screenshots/p{phase}e/00.jpg"},
+        "evaluate": {f"{d}/eval_tasks.json", f"{d}/eval.rank0.jsonl", f"{d}/screenshots/p{phase}e/00.jpg"},
         "checkpoint": {f"{d}/tracked.json"},  # the real loop's: the phase's record went to the trackers
     }
     metrics = {f"{d}/metrics/{stage}.json" for stage in stages if stage != "checkpoint"}

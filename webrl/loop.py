@@ -278,6 +278,8 @@ class PhaseLoop:
     def _evaluate(self, phase: int) -> dict[str, float]:
         tasks = self.env.suite(self.config.env.test_split, self.config.env.test_tasks, self.config.seed)
         shard = self._shard(tasks)
+        if self.fabric.global_rank == 0:
+            self.layout.record_eval_tasks(phase, [task.task_id for task in tasks])
         self.engine_link.serve(self.actor_dir(phase + 1))
         out = self.layout.eval_path(phase, self.fabric.global_rank)
         self.env.run_episodes(

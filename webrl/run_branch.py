@@ -116,7 +116,7 @@ class RunBranch:
         elif stage == "actor":
             files = [layout.advantages_path(phase), *layout.actor_dir(phase).rglob("*")]
         elif stage == "evaluate":
-            files = [*layout.eval_paths(phase), *_screenshots(layout.eval_paths(phase))]
+            files = [layout.eval_tasks_path(phase), *layout.eval_paths(phase), *_screenshots(layout.eval_paths(phase))]
         elif stage == "checkpoint":  # the run-level records aside, it marks the phase's record sent to the trackers
             files = [layout.tracked_path(phase)]
         else:  # sync writes only its metrics

@@ -6,7 +6,7 @@ them; they all go through a RunLayout, so a file's name cannot drift between its
     <run>/config.json, config_changes.json, run_state.json, phases.csv, replay/, wandb_run_id.txt,
           metrics/version_N/metrics.csv (one per launch), branched_from.json (`webrl.run_branch`)
     <run>/phase_NNN/tasks.json, rollouts.rankR.jsonl, labelled.jsonl, replay_samples.jsonl, replay_scores.json,
-                    critic.pt, advantages.jsonl, actor/, eval.rankR.jsonl, metrics/<stage>.json
+                    critic.pt, advantages.jsonl, actor/, eval_tasks.json, eval.rankR.jsonl, metrics/<stage>.json
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 from collections.abc import Collection
 from pathlib import Path
 
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import Task, Trajectory, phase_name, read_trajectories
 
 __all__ = ["RunLayout", "phase_name"]
@@ -82,6 +83,10 @@ class RunLayout:
     def eval_path(self, phase: int, rank: int) -> Path:
         return self.phase_dir(phase) / f"eval.rank{rank}.jsonl"
 
+    def eval_tasks_path(self, phase: int) -> Path:
+        """The task ids the phase's held-out evaluation ran on, written before its episodes (`record_eval_tasks`)."""
+        return self.phase_dir(phase) / "eval_tasks.json"
+
     def rollouts_paths(self, phase: int) -> list[Path]:
         """Every rank's rollouts file of `phase` (as many as the world size that ran it)."""
         return sorted(self.phase_dir(phase).glob("rollouts.rank*.jsonl"))
@@ -130,7 +135,23 @@ class RunLayout:
         return self._read_ranks(self.rollouts_paths(phase), task_ids)
 
     def evaluations(self, phase: int, task_ids: Collection[str] | None = None) -> list[Trajectory]:
+        """Every rank's held-out episodes of `phase`, each task once, in task order; without `task_ids`, those of
+        the tasks the evaluation recorded (`eval_tasks_path`), so that a reader after the run (a report, a
+        comparison) never counts the shard of an earlier launch's tasks; all of them for a run that recorded none."""
+        if task_ids is None:
+            task_ids = self.recorded_eval_tasks(phase)
         return self._read_ranks(self.eval_paths(phase), task_ids)
+
+    def record_eval_tasks(self, phase: int, task_ids: Collection[str]) -> None:
+        """Record the task ids of `phase`'s evaluation (rank 0, before the episodes: a relaunch records its own)."""
+        write_json_atomic(self.eval_tasks_path(phase), sorted(task_ids))
+
+    def recorded_eval_tasks(self, phase: int) -> frozenset[str] | None:
+        """The task ids `record_eval_tasks` recorded for `phase`, or None where the evaluation recorded none."""
+        path = self.eval_tasks_path(phase)
+        if not path.is_file():
+            return None
+        return frozenset(str(task) for task in json.loads(path.read_text(encoding="utf-8")))
 
     def labelled(self, phase: int) -> list[Trajectory]:
         return read_trajectories(self.labelled_path(phase))

@@ -11,6 +11,7 @@ from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.evaluation.breakdown import TaskOutcome
 from webrl.evaluation.identity import weights_sha256
 from webrl.evaluation.learning_table import LearningTable
+from webrl.evaluation.outcomes import read_evaluation
 from webrl.evaluation.run_results import RunResult, launch_seconds, loop_result, recipe_result, record_launch
 from webrl.run_layout import RunLayout
 from webrl.run_state import STAGES, RunState
@@ -172,6 +173,20 @@ def test_loop_result_reads_the_last_phase_once_evaluated(tmp_path):
     record_launch(tmp_path, ["python", "-m", "recipes.webrl"], 30.0, 0)
     assert launch_seconds(tmp_path) == 120.0
     assert loop_result("webrl", tmp_path, 1, suite="embedded", split="test").wall_source == "launches"
+
+
+def test_a_shard_left_by_an_earlier_launch_is_not_read_as_the_evaluation(tmp_path):
+    """Evaluated on 2 ranks (tasks 1-4), then relaunched on 1 rank on tasks 1-2 (`resume.allow_changes`): rank 1's
+    file still holds tasks 3 and 4 of the first launch; the phase's evaluation is the recorded tasks 1 and 2."""
+    layout = RunLayout(tmp_path)
+    write_trajectories(layout.eval_path(1, 0), [trajectory("1", 1.0), trajectory("2", 0.0)])
+    write_trajectories(layout.eval_path(1, 1), [trajectory("3", 1.0), trajectory("4", 1.0)])
+    layout.record_eval_tasks(1, ["1", "2"])
+    RunState(phase=2, history=[{"phase": p, "time/phase_s": 60.0} for p in range(2)]).save(layout.state_path)
+    found = loop_result("webrl", tmp_path, 1, suite="embedded", split="test")
+    assert found.successes == {"1": True, "2": False}
+    assert found.tasks == {"1", "2"}
+    assert [t.task.task_id for t in read_evaluation(layout.eval_path(1, 1))] == ["1", "2"]
 
 
 def test_a_longer_run_reused_for_fewer_phases_times_only_those_phases(tmp_path):

@@ -252,6 +252,7 @@ def _check_run(layout: RunLayout) -> None:
         "curriculum_state.json",
         "eval.rank0.jsonl",
         "eval.rank1.jsonl",
+        "eval_tasks.json",
         "labelled.jsonl",
         "metrics",
         "replay_samples.jsonl",

@@ -30,6 +30,7 @@ def _phase_files_ok(run_dir: Path, phase: int, tasks: int) -> None:
     assert all(t.orm_score is not None and t.outcome in (0.0, 1.0) for t in labelled)
     evaluation = read_trajectories(layout.eval_path(phase, 0))
     assert len(evaluation) == 6 and all(t.eval_reward is not None for t in evaluation)
+    assert layout.recorded_eval_tasks(phase) == {t.task.task_id for t in evaluation}
 
 
 def test_one_phase_end_to_end(tmp_path, model_cache, recipe_command, run_recipe):
