@@ -88,6 +88,16 @@ def test_a_baseline_is_paired_on_the_tasks_both_scored():
     assert "On the 3 tasks both evaluated" in markdown
 
 
+def test_a_task_with_two_outcomes_is_refused_naming_the_file(tmp_path):
+    """Task 2 twice (a success, then a failure): a map would keep the failure while the rates count both episodes."""
+    path = tmp_path / "joined.jsonl"
+    write_trajectories(path, [*TRAJECTORIES, trajectory("2", "shopping", 101, 1.0)])
+    with pytest.raises(ValueError, match=r"joined\.jsonl: tasks 2 have more than one outcome"):
+        load_baseline(path)
+    with pytest.raises(ValueError, match="B: tasks 2 have more than one outcome"):
+        evaluation_statistics([*TRAJECTORIES, trajectory("2", "shopping", 101, 1.0)], SEEN, "B")
+
+
 def test_a_baseline_without_outcomes_says_what_to_give(tmp_path):
     path = tmp_path / "old_eval.json"
     path.write_text(json.dumps({"success_rate": 0.1}))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,17 @@ def task_outcomes(trajectories: list[Trajectory]) -> list[TaskOutcome]:
     ]
 
 
-def success_map(outcomes: list[TaskOutcome]) -> dict[str, bool]:
-    """task id -> success, the form a later comparison pairs on."""
+def success_map(outcomes: list[TaskOutcome], source: str = "") -> dict[str, bool]:
+    """task id -> success, the form a later comparison pairs on; a task with two outcomes is an error naming
+    `source`: a map would keep one of them silently while the rates count both, and pair on a different set."""
+    counts = Counter(outcome.task_id for outcome in outcomes)
+    repeated = sorted((task for task, count in counts.items() if count > 1), key=str)
+    if repeated:
+        shown = ", ".join(repeated[:5]) + (f" and {len(repeated) - 5} more" if len(repeated) > 5 else "")
+        raise ValueError(
+            f"{source or 'the evaluation'}: tasks {shown} have more than one outcome; a paired test needs one "
+            "episode per task"
+        )
     return {outcome.task_id: outcome.success for outcome in outcomes}
 
 
@@ -67,7 +77,7 @@ def load_baseline(path: Path) -> Baseline:
         raise FileNotFoundError(f"baseline {path} does not exist (give an eval_*.json or a trajectories .jsonl)")
     if path.suffix == ".jsonl":
         episodes = read_evaluation(path)
-        return Baseline(str(path), success_map(task_outcomes(episodes)), attempted_ids(episodes))
+        return Baseline(str(path), success_map(task_outcomes(episodes), str(path)), attempted_ids(episodes))
     record = json.loads(path.read_text(encoding="utf-8"))
     outcomes = record.get("outcomes") if isinstance(record, dict) else None
     if not isinstance(outcomes, dict):

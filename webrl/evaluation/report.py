@@ -23,7 +23,7 @@ def evaluation_statistics(
     """The JSON record and the markdown of an evaluation's trajectories, paired with `baseline` when given."""
     outcomes = task_outcomes(trajectories)
     rates = breakdown(outcomes, seen_templates)
-    successes = success_map(outcomes)
+    successes = success_map(outcomes, title)
     comparison = shared_mcnemar(successes, baseline.outcomes) if baseline is not None else None
     source = baseline.source if baseline is not None else ""
     errors = ErrorCounts.of(trajectories)

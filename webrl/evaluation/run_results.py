@@ -64,7 +64,7 @@ class RunResult:
     @property
     def successes(self) -> dict[str, bool]:
         """task id -> success, the form the paired test takes."""
-        return success_map(self.outcomes)
+        return success_map(self.outcomes, f"{self.method} ({self.source})")
 
 
 def loop_result(method: str, run_dir: Path, phase: int, *, suite: str, split: str) -> RunResult | None:
