@@ -168,6 +168,29 @@ def test_stage2_on_two_processes_matches_one(tmp_path, tiny_model_dir, make_traj
     assert replayed_two == pytest.approx(replayed_one, rel=1e-5)
 
 
+def test_stage2_on_two_processes_stops_every_rank_when_one_shard_fails(tmp_path, tiny_model_dir, make_trajectory):
+    """One replayed action is longer than max_length: only the rank that scores it fails. Before, the other rank
+    waited in the gather of the scores (here: until the test's timeout); now both end at once with one line each."""
+    current = tmp_path / "phase1.jsonl"
+    write_trajectories(current, [make_trajectory("c0", num_steps=1, outcome=0.0)])
+    long_action = make_trajectory("h1", num_steps=1, outcome=1.0)
+    long_action.steps[0].response = "exit(message=" + "many words " * 300 + ")"
+    write_trajectories(tmp_path / "phase0.jsonl", [make_trajectory("h0", num_steps=1, outcome=1.0), long_action])
+    settings = [f"output={current}", f"actor={tiny_model_dir}", f"experience=[{tmp_path / 'phase0.jsonl'}]"]
+    result = subprocess.run(
+        [sys.executable, "-m", "webrl.process", "stage=[2]", *settings, "max_length=300", "devices=2"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2, result.stderr[-3000:]
+    assert sum("the action alone is" in line and "task h1" in line for line in errors) == 1
+    assert sum("replay scoring failed on rank" in line for line in errors) == 1
+    assert "Traceback" not in result.stderr
+
+
 class _PlacedModel:
     """Stands in for a loaded ORM or actor: stops the stage where the model is moved, naming the device."""
 

@@ -227,12 +227,39 @@ def score_samples(
     unchanged). With `fabric` (a `lightning.fabric.Fabric`) or an initialised `torch.distributed`
     group of world size W, rank r scores samples r, r+W, r+2W, ... and the scores are all-gathered,
     so every rank returns the full list in sample order. Every rank must call this.
+
+    A rank whose shard fails (a sample too long for `max_length`, a scorer error) still joins the gather, marked as
+    failed: it raises its own error, and every other rank `PeerScoringError`, instead of waiting in the gather for
+    a rank that left.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     prompt_of = fit_prompt if fit_prompt is not None else _recorded_prompt
     world, rank = _world(fabric)
     shard = list(samples[rank::world])
+    if world == 1:
+        return _score_shard(shard, score, prompt_of, batch_size, rank)
+    local: list[float] = []
+    failure: Exception | None = None
+    try:
+        local = _score_shard(shard, score, prompt_of, batch_size, rank)
+    except Exception as err:
+        failure = err
+    scores, failed = _gather_interleaved(local, len(samples), world, fabric, failed=failure is not None)
+    if failure is not None:
+        raise failure
+    if failed:
+        raise PeerScoringError(f"replay scoring failed on rank {', '.join(map(str, failed))} (its error is above)")
+    return scores
+
+
+class PeerScoringError(RuntimeError):
+    """Another rank's shard of `score_samples` failed; that rank raises (and reports) the error itself."""
+
+
+def _score_shard(
+    shard: list[StepSample], score: Scorer, prompt_of: PromptFitter, batch_size: int, rank: int
+) -> list[float]:
     local: list[float] = []
     starts = range(0, len(shard), batch_size)
     # Progress on rank 0 only: a bar on a terminal, a periodic line elsewhere.
@@ -244,9 +271,7 @@ def score_samples(
         if len(scores) != len(batch):
             raise ValueError(f"scorer returned {len(scores)} scores for a batch of {len(batch)}")
         local.extend(float(x) for x in scores)
-    if world == 1:
-        return local
-    return _gather_interleaved(local, len(samples), world, fabric)
+    return local
 
 
 def _recorded_prompt(sample: StepSample) -> str:
@@ -265,14 +290,19 @@ def _world(fabric: Any) -> tuple[int, int]:
     return 1, 0
 
 
-def _gather_interleaved(local: list[float], total: int, world: int, fabric: Any) -> list[float]:
+def _gather_interleaved(
+    local: list[float], total: int, world: int, fabric: Any, *, failed: bool = False
+) -> tuple[list[float], list[int]]:
+    """Every rank's shard, in sample order, and the ranks that marked their shard `failed`."""
     import torch
     import torch.distributed as dist
 
-    # Shards differ in length by at most one: pad to the longest so every rank sends the same shape.
-    width = -(-total // world)
+    # Shards differ in length by at most one: pad to the longest so every rank sends the same shape. One more
+    # column says whether the rank failed, so that no rank needs another collective to learn it.
+    width = -(-total // world) + 1
     padded = torch.full((width,), float("nan"), dtype=torch.float64)
-    padded[: len(local)] = torch.tensor(local, dtype=torch.float64)
+    padded[0] = float(failed)
+    padded[1 : 1 + len(local)] = torch.tensor(local, dtype=torch.float64)
     if fabric is not None:
         gathered = fabric.all_gather(padded.to(fabric.device)).reshape(world, width).cpu()  # (W, L)
     else:
@@ -282,8 +312,9 @@ def _gather_interleaved(local: list[float], total: int, world: int, fabric: Any)
         parts = [torch.empty_like(padded, device=device) for _ in range(world)]
         dist.all_gather(parts, padded.to(device))
         gathered = torch.stack(parts).cpu()  # (W, L)
-    # Sample j was scored by rank j % W at position j // W.
-    return [float(gathered[j % world, j // world]) for j in range(total)]
+    failed_ranks = [r for r in range(world) if gathered[r, 0] != 0]
+    # Sample j was scored by rank j % W at position j // W (column 0 is the failure flag).
+    return [float(gathered[j % world, 1 + j // world]) for j in range(total)], failed_ranks
 
 
 _CAP_TOLERANCE = 1e-9

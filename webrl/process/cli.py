@@ -38,7 +38,7 @@ from typing import Any
 from webrl.config import ConfigError, load_config
 from webrl.data.labels import label_with_evaluator, label_with_orm, labelable
 from webrl.data.prompts import uses_chat_template
-from webrl.data.replay import current_phase_samples, filter_by_perplexity
+from webrl.data.replay import PeerScoringError, current_phase_samples, filter_by_perplexity
 from webrl.data.steps import write_samples
 from webrl.data.traces import import_trace_dir, orm_examples, sft_examples, write_sharegpt
 from webrl.data.trajectory import Trajectory, read_trajectories, write_trajectories
@@ -218,22 +218,23 @@ def _report(stage: Callable[..., Any], *args: Any) -> str | None:
     """
     try:
         stage(*args)
-    except (PathError, OSError, ValueError) as err:
+    except (PathError, OSError, ValueError, PeerScoringError) as err:
         return str(err)
     return None
 
 
-def _report_to_ranks(stage: Callable[..., Any], *args: Any) -> str | None:
-    """`_report` on rank 0 of several, where an unexpected error (a bug, a model that fails mid-scoring) is told too.
+def _report_to_ranks(where: str, stage: Callable[..., Any], *args: Any) -> str | None:
+    """`_report` on one rank of several, where an unexpected error (a bug, a model that fails mid-scoring) is told too.
 
-    The other ranks wait in a broadcast for rank 0's stage 1; raised, the error would end rank 0 and leave them
-    waiting until the process group's timeout. Its traceback goes to stderr here, and its one line to every rank.
+    Raised, the error would end this rank and leave the others waiting for it (in stage 1's broadcast, or in the
+    barrier that closes the process group) until the group's timeout. Its traceback goes to stderr here, and one
+    line, `<where>: <error>`, is returned, so that this rank, too, reaches the end with the others.
     """
     try:
         return _report(stage, *args)
     except Exception as err:
         traceback.print_exc()
-        return f"stage 1 failed on rank 0: {type(err).__name__}: {err}"
+        return f"{where}: {type(err).__name__}: {err}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -262,10 +263,13 @@ def _run_stages(config: ProcessConfig, fabric: Any) -> str | None:
     if 1 in config.stage and fabric is None:
         error = _report(stage1, config, fabric)
     elif 1 in config.stage and fabric.global_rank == 0:
-        error = _report_to_ranks(stage1, config, fabric)
+        error = _report_to_ranks("stage 1 failed on rank 0", stage1, config, fabric)
     if fabric is not None:
         # Every rank learns whether rank 0's stage 1 failed, so none waits forever for the others.
         error = fabric.broadcast(error)
-    if error is None and 2 in config.stage:
+    if error is None and 2 in config.stage and fabric is None:
         error = _report(stage2, config, fabric)
+    elif error is None and 2 in config.stage:
+        # A rank whose shard of the scoring fails tells the others in the gather (`score_samples`), and they stop too.
+        error = _report_to_ranks(f"stage 2 failed on rank {fabric.global_rank}", stage2, config, fabric)
     return error
