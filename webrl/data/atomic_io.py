@@ -2,11 +2,11 @@
 
 Every result a run keeps goes through `atomic_write` (or its JSON, JSONL, text and directory forms):
 the content goes to a temp file in the target's own directory, is flushed and fsynced, renamed over
-the target, and then the directory itself is fsynced, so that after a crash or a power loss a reader
-finds the old file or the new one, never a mix, and a file renamed into place stays there. Appended
-JSONL files (rollouts, one fsynced line per episode) can still end in a torn line; `read_jsonl`
-drops it, undecodable bytes included (a multibyte character cut in half), warns and says how many
-lines it dropped.
+the target, and then the directory itself is fsynced (and the parent of any directory created for it),
+so that after a crash or a power loss a reader finds the old file or the new one, never a mix, and a file
+renamed into place stays there. Appended JSONL files (rollouts, one fsynced line per episode) can still
+end in a torn line; `read_jsonl` drops it, undecodable bytes included (a multibyte character cut in
+half), warns and says how many lines it dropped.
 
 The module sits in `webrl.data`, the lowest layer, because the records are written there; it imports
 nothing of webrl and not torch (`webrl.env` runs without torch): a torch state goes through
@@ -81,10 +81,27 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def make_dirs(directory: str | os.PathLike) -> Path:
+    """Create `directory` and its missing parents, fsyncing the parent of each one created.
+
+    A new directory's entry lives in its parent: fsyncing only the directory a file is renamed into leaves
+    that entry, and with it the file, at the mercy of a power loss (`phase_001/metrics/` created for a
+    stage's metrics, lost after `run_state.json` had marked the stage done).
+    """
+    directory = Path(directory)
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    for created in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process (a rank, a run) made it meanwhile
+            created.mkdir()
+        fsync_dir(created.parent)
+    return directory
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
-    """Call `write(handle)` on a temp file beside `path`, fsync it, rename it over `path`, fsync the directory."""
+    """Call `write(handle)` on a temp file beside `path`, fsync it, rename it over `path`, fsync the directory
+    (and the parent of each directory created for it: `make_dirs`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with tmp.open("wb") as handle:

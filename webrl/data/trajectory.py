@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from webrl.data.atomic_io import JsonlError, fsync_dir, is_torn_tail, read_jsonl, write_jsonl_atomic
+from webrl.data.atomic_io import JsonlError, fsync_dir, is_torn_tail, make_dirs, read_jsonl, write_jsonl_atomic
 
 SCHEMA_VERSION = 1
 
@@ -270,7 +270,7 @@ class TrajectoryWriter:
 
     def __init__(self, path: str | os.PathLike, fsync: bool = True) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path.parent)
         _repair_tail(self.path)
         created = not self.path.exists()
         self._file = self.path.open("a", encoding="utf-8")
