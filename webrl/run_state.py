@@ -48,6 +48,11 @@ def seed_everything_for(seed: int, phase: int, stage: str) -> int:
     return value
 
 
+def _is_phase(value: Any) -> bool:
+    """A phase number as run_state.json holds it: a whole number >= 0 (a JSON true is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 @dataclass
 class RunState:
     """What has been completed. `phase` is the phase in progress; `done` the stages finished in it."""
@@ -66,13 +71,17 @@ class RunState:
             return cls()
         data = read_run_file(path, dict)
         phase, done, history = data.get("phase", 0), data.get("done", []), data.get("history", [])
-        if isinstance(phase, bool) or not isinstance(phase, int) or phase < 0:
+        if not _is_phase(phase):
             raise ConfigError(f"{path}: phase must be a whole number >= 0, got {phase!r}; fix or restore the file")
         if not isinstance(done, list) or not isinstance(history, list):
             raise ConfigError(f"{path}: done and history must be JSON arrays; fix or restore the file")
         unknown = [stage for stage in done if stage not in STAGES]
         if unknown:
             raise ConfigError(f"{path}: unknown stages {unknown} (known: {list(STAGES)}); fix or restore the file")
+        # Checked here, not when the phase closes and replaces its record by phase: hours of stages later.
+        records = [r for r in history if not (isinstance(r, dict) and _is_phase(r.get("phase")))]
+        if records:
+            raise ConfigError(f"{path}: history entry {records[0]!r} is not a phase record; fix or restore the file")
         return cls(phase=phase, done=list(done), history=history)
 
     def save(self, path: str | os.PathLike) -> None:
