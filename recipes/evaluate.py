@@ -55,8 +55,9 @@ from webrl.metrics import errored, success_by_site
 from webrl.report import format_site_table
 from webrl.web_environment import WebEnvironment
 
-HELP_KEYS = ("output_dir", "seed", "model.actor", "env", "rollout")
-"""The keys an evaluation reads, the ones its `--help` lists."""
+HELP_KEYS = ("output_dir", "seed", "model.actor", "env", "rollout", "engines", "fabric.accelerator", "fabric.devices")
+"""The keys an evaluation reads, the ones its `--help` lists: the engine's device and GPU budget (`engines`,
+`fabric.accelerator`, `fabric.devices`: `engine_options`) and its browser pool (`engines.episodes_per_core`) too."""
 
 
 def evaluate_checkpoint(
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict[str, float] | Path:
     if "--compare" in argv:
         return compare(argv)
     baseline_path, rest = split_baseline(argv)
-    config = recipe_config(rest, usage=__doc__, help_keys=HELP_KEYS, trains=False)
+    config = recipe_config(rest, usage=__doc__, help_keys=HELP_KEYS, trains=False, runs_phases=False)
     checkpoint = Path(config.model.actor)
     if not config.model.actor or not (checkpoint / "config.json").exists():
         raise SystemExit(f"model.actor={config.model.actor!r}: give the model directory to evaluate (with config.json)")

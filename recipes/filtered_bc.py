@@ -45,7 +45,7 @@ INPUTS_KEY = "inputs"
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Train (or reuse) the Filtered BC actor, evaluate it and write the summary; {} on ranks other than 0."""
-    config = recipe_config(argv, FilteredBCRunConfig, usage=__doc__)
+    config = recipe_config(argv, FilteredBCRunConfig, usage=__doc__, runs_phases=False)
     settings = config.filtered_bc
     rollouts, kept, threshold = filtered_rollouts(settings)
     out_dir = Path(config.output_dir)

@@ -37,7 +37,7 @@ from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    config = recipe_config(argv, usage=__doc__)
+    config = recipe_config(argv, usage=__doc__, runs_phases=False)
     out_dir = Path(config.output_dir) / "orm"
     # orm_eval.jsonl resumes by task id: another actor must not reuse its rollouts.
     fabric = launch_and_keep(out_dir, config)

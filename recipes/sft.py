@@ -20,7 +20,7 @@ from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    config = recipe_config(argv, usage=__doc__)
+    config = recipe_config(argv, usage=__doc__, runs_phases=False)
     fabric = launch_fabric(config)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)

@@ -48,13 +48,15 @@ def recipe_config(
     usage: str = "",
     help_keys: tuple[str, ...] = (),
     trains: bool = True,
+    runs_phases: bool = True,
 ) -> RecipeConfig:
     """Set up logging and read a recipe's config (the default file, `--config`, W&B's variables, then key=value).
 
     `schema` is the run config or a recipe's extension of it. A bad key or value ends the program
     with one line that names it, never a traceback. `usage` and `help_keys` are what `--help` shows.
     A recipe that `trains` must hold its evaluation tasks apart from its training tasks
-    (`WebRLConfig.require_held_out_apart`).
+    (`WebRLConfig.require_held_out_apart`); one that `runs_phases` (`recipes.webrl`) must have a curriculum and an
+    engine the phases can use (`WebRLConfig.require_phase_loop`), which the other recipes never read.
     """
     setup_logging()
     try:
@@ -68,6 +70,8 @@ def recipe_config(
         )
         if trains:
             config.require_held_out_apart()
+        if runs_phases:
+            config.require_phase_loop()
         return config
     except (ConfigError, ValueError) as err:
         raise SystemExit(f"config error: {err}") from None

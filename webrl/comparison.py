@@ -131,6 +131,8 @@ class Comparison:
         try:
             config = load_config(method.schema, argv, default_file=default_file, environment=environment)
             config.require_held_out_apart()  # every method trains, as its recipe will check
+            if method.recipe == "recipes.webrl":
+                config.require_phase_loop()  # as recipes.webrl will
         except (ConfigError, ValueError) as err:
             raise ConfigError(f"method {method.name}: {err}") from None
         return PlannedRun(method, argv, config, run_dir)

@@ -42,6 +42,8 @@ the config is read (`WebRLConfig.resolve`), which changes no other value, rather
 named `~`. `model.base` and `env.suite` are then also made absolute where they name a path (`KEYWORD_PATH_KEYS`)."""
 REWARD_SOURCES = ("orm", "evaluator")
 ENGINES = ("hf", "vllm", "openai")
+RELOADABLE_ENGINES = ("hf", "vllm")
+"""Engines that load the actor each phase trains (`webrl.engine_link.EngineLink.serve`); a served model cannot."""
 BUILT_MODELS = ("tiny", "smollm2")
 EMBEDDED_SPLITS = ("train", "test", VALIDATION, TRAIN_FIT)
 HEAD_DIM = 64
@@ -218,7 +220,8 @@ class RolloutConfig:
     """Sampling actions in the browser."""
 
     engine: str = "hf"
-    """hf (transformers generate) | vllm (in-process vLLM) | openai (a served OpenAI-compatible model)."""
+    """hf (transformers generate) | vllm (in-process vLLM) | openai (a served OpenAI-compatible model: evaluation and
+    the ORM's data only, as a server cannot load each phase's new actor; recipes.webrl refuses it)."""
     concurrency: int = 8
     """Episodes run at once per process (their observations are batched into one engine call)."""
     temperature: float = 1.0
@@ -482,6 +485,28 @@ class WebRLConfig:
             section.validate()
         self.resume.validate(flatten(dataclasses.asdict(self)))
         self.engines.validate_engine(self.rollout.engine)
+        if self.rollout.max_tokens >= self.model.max_length:
+            raise invalid(
+                "rollout.max_tokens",
+                self.rollout.max_tokens,
+                f"must be below model.max_length ({self.model.max_length}), which also holds the prompt",
+            )
+
+    def require_phase_loop(self) -> None:
+        """For a recipe that runs WebRL's phases (`recipes.webrl`): the rules of the parts only the phases use.
+
+        The curriculum's task sources and an engine that takes each phase's new actor matter to the phases alone:
+        `recipes.evaluate` on a WebArena suite or through a served model (`rollout.engine=openai`) reads neither the
+        curriculum nor a trained actor, and is not refused over them. A run of the phases is refused at load, not at
+        phase 0's rollouts, after the SFT actor and the ORM have been built.
+        """
+        if self.rollout.engine not in RELOADABLE_ENGINES:
+            raise invalid(
+                "rollout.engine",
+                self.rollout.engine,
+                f"must be one of {', '.join(RELOADABLE_ENGINES)} for WebRL's phases: a served model cannot load each "
+                "phase's new actor (openai fits recipes.evaluate, recipes.orm and model.generator)",
+            )
         template_tasks = self.curriculum.mode in ("template", "mixed")
         if self.curriculum_enabled and template_tasks and self.env.suite != "embedded":
             # `reinstantiate` knows only the embedded sites' templates: an external task would stop phase 1, or, when
@@ -499,12 +524,6 @@ class WebRLConfig:
                 "curriculum.mode",
                 self.curriculum.mode,
                 "makes tasks with an LLM, which have no evaluator: use reward.source=orm, or curriculum.mode=template",
-            )
-        if self.rollout.max_tokens >= self.model.max_length:
-            raise invalid(
-                "rollout.max_tokens",
-                self.rollout.max_tokens,
-                f"must be below model.max_length ({self.model.max_length}), which also holds the prompt",
             )
 
     def require_held_out_apart(self) -> None:

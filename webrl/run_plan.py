@@ -6,10 +6,10 @@ phases and stages are done, which come next, and on which tasks each phase rolls
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from webrl.config_checks import ConfigError, read_run_file
 from webrl.loop_config import WebRLConfig
 from webrl.run_config import describe_changes
 from webrl.run_layout import RunLayout
@@ -44,6 +44,21 @@ def _phase_status(state: RunState, phase: int) -> str:
     return f"done {', '.join(state.done)}; next {following[0]}"
 
 
+def _branch_line(path: Path) -> str:
+    """Where the run was branched from, as `branched_from.json` says; what is wrong with the file where it cannot say.
+
+    The run itself never reads the file (`recipes.branch` writes it as a record), so a hand-edited one is shown in
+    the plan rather than ending the dry run with a traceback where the launch would go ahead.
+    """
+    try:
+        branch = read_run_file(path, dict)
+        return f"branched from {branch['source']} after phase {branch['phase']}'s {branch['after']}"
+    except ConfigError as err:
+        return f"branched, but {err}"
+    except KeyError as err:
+        return f"branched, but {path}: no {err} entry; fix or restore the file"
+
+
 def describe_plan(config: WebRLConfig, changes: dict[str, tuple[Any, Any]] | None) -> str:
     """The plan as text; `changes` is `check_run_config`'s answer (None: the directory has no config.json)."""
     run_dir = Path(config.output_dir)
@@ -62,8 +77,7 @@ def describe_plan(config: WebRLConfig, changes: dict[str, tuple[Any, Any]] | Non
         f"starting actor: {starts}; rollouts with {config.rollout.engine}",
     ]
     if layout.branch_path.is_file():
-        branch = json.loads(layout.branch_path.read_text(encoding="utf-8"))
-        lines.insert(2, f"branched from {branch['source']} after phase {branch['phase']}'s {branch['after']}")
+        lines.insert(2, _branch_line(layout.branch_path))
     if config.reward.orm_labels:
         lines.append(f"ORM: {config.model.orm or f'trained once, cached under {config.model.cache_dir}'}")
     for phase in range(config.phases + 1):
