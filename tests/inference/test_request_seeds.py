@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
@@ -110,3 +111,46 @@ def test_hf_engine_per_prompt_seeds_are_reproducible_and_differ_from_one_seed(ti
     assert first == [c.token_ids for c in engine.generate(prompts, per_prompt)]
     shifted = SamplingParams(temperature=1.0, max_tokens=12, seeds=[12] + [11] * (len(prompts) - 1))
     assert first != [c.token_ids for c in engine.generate(prompts, shifted)]
+
+
+def test_hf_engine_samples_a_prompt_alike_alone_or_batched_whatever_its_batch_mates_seeds(tiny_model_dir, prompts):
+    """A prompt's sample depends on its prompt and seed only, as in vLLM: a resumed or re-batched rollout draws
+    what the original did. One generator for the whole batch made it depend on the other prompts and their seeds."""
+    engine = HFEngine(tiny_model_dir, batch_size=2)
+    params = SamplingParams(temperature=1.0, top_p=0.9, max_tokens=12, seeds=[7, 8, 9], logprobs=True)
+    completions = engine.generate(prompts, params)
+    batched = [c.token_ids for c in completions]
+    alone = [
+        engine.generate([prompt], SamplingParams(temperature=1.0, top_p=0.9, max_tokens=12, seeds=[seed]))[0].token_ids
+        for prompt, seed in zip(prompts, [7, 8, 9], strict=True)
+    ]
+    assert batched == alone
+    mates_reseeded = engine.generate(
+        prompts, SamplingParams(temperature=1.0, top_p=0.9, max_tokens=12, seeds=[7, 5, 6])
+    )
+    assert mates_reseeded[0].token_ids == batched[0]
+    assert len({tuple(ids) for ids in batched}) == 3
+    # Log-probabilities stay the raw model's (before temperature and top-p), one per sampled token.
+    ids = torch.tensor([engine.tokenizer(prompts[0]).input_ids + batched[0]])
+    with torch.no_grad():
+        raw = torch.log_softmax(engine.model(input_ids=ids).logits[0, -len(batched[0]) - 1 : -1], dim=-1)  # (T, V)
+    expected = raw.gather(-1, torch.tensor(batched[0]).unsqueeze(-1)).squeeze(-1).tolist()
+    assert completions[0].logprobs == pytest.approx(expected, abs=1e-4)
+
+
+def test_hf_engine_per_prompt_sampling_follows_the_models_warped_distribution(tiny_model_dir, prompts):
+    """Over 400 seeds, the first token's frequencies match softmax(logits / T) renormalised over the top-p nucleus."""
+    engine = HFEngine(tiny_model_dir)
+    temperature, top_p = 0.7, 0.8
+    ids = torch.tensor([engine.tokenizer(prompts[0]).input_ids])
+    with torch.no_grad():
+        probs = torch.softmax(engine.model(input_ids=ids).logits[0, -1] / temperature, dim=-1)  # (V,)
+    ordered, order = torch.sort(probs, descending=True)
+    nucleus = order[: int((torch.cumsum(ordered, 0) < top_p).sum()) + 1].tolist()
+    expected = probs[nucleus] / probs[nucleus].sum()
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=1, seeds=list(range(400)))
+    drawn = [c.token_ids[0] for c in engine.generate([prompts[0]] * 400, params)]
+    assert set(drawn) <= set(nucleus)
+    frequency = sum(token == nucleus[0] for token in drawn) / 400
+    sigma = float(expected[0] * (1 - expected[0]) / 400) ** 0.5
+    assert abs(frequency - float(expected[0])) < 4 * sigma, (frequency, float(expected[0]))

@@ -22,15 +22,18 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
     PreTrainedModel,
     StoppingCriteria,
     StoppingCriteriaList,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
 )
 
 from webrl.inference.engine import (
     Completion,
     SamplingParams,
-    digest_seed,
     encode_prompts,
     torch_threads,
     truncate_at_stop,
@@ -45,8 +48,8 @@ class HFEngine:
 
     Prompts are sorted by length and decoded in left-padded chunks of `batch_size`, then returned in
     the caller's order. Sampling with `params.seed` is reproducible for the same batch of prompts.
-    One batched `generate` draws from one generator, so per-prompt `params.seeds` cannot each own a
-    stream here: they seed the call together, which still gives each call of a rollout its own draws.
+    Per-prompt `params.seeds` give each prompt a random stream of its own (`_RowSampler`), as vLLM does:
+    its sample does not depend on the prompts it is batched with, nor on their seeds.
     A prompt of `max_model_len` tokens or more is an error naming the prompt's index.
     `num_threads` torch threads decode (the caller's setting is restored after each call; None
     keeps it): measured on a 2-core machine shared with other jobs, the tiny model decoded 10-20x
@@ -107,9 +110,12 @@ class HFEngine:
         encoded = encode_prompts(self.tokenizer, prompts, self.max_model_len)
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[Completion | None] = [None] * len(prompts)
-        with torch_threads(self.num_threads), _seeded(_call_seed(params, len(prompts)), self.device), torch.no_grad():
+        seeds = None if params.seeds is None else params.prompt_seeds(len(prompts))
+        call_seed = params.seed if seeds is None else None
+        with torch_threads(self.num_threads), _seeded(call_seed, self.device), torch.no_grad():
             for chunk in self._chunks(order, [len(ids) for ids in encoded], params.max_tokens):
-                completions = self._generate_chunk(model, [encoded[i] for i in chunk], params)
+                chunk_seeds = None if seeds is None else [seeds[i] for i in chunk]
+                completions = self._generate_chunk(model, [encoded[i] for i in chunk], params, chunk_seeds)
                 for index, completion in zip(chunk, completions, strict=True):
                     results[index] = completion
         return [r for r in results if r is not None]
@@ -137,14 +143,16 @@ class HFEngine:
         return chunks
 
     def _generate_chunk(
-        self, model: PreTrainedModel, encoded: list[list[int]], params: SamplingParams
+        self, model: PreTrainedModel, encoded: list[list[int]], params: SamplingParams, seeds: list[int] | None
     ) -> list[Completion]:
         batch = self.tokenizer.pad({"input_ids": encoded}, padding=True, return_tensors="pt").to(self.device)
         width = batch["input_ids"].shape[1]
         # Each prompt's own room, as vLLM gives it: a short prompt is not cut by a long neighbour's.
         budgets = [min(params.max_tokens, self.max_model_len - len(ids)) for ids in encoded]
         ends = _RowEnds(self.tokenizer, params.stop, self.eos_ids, width, budgets)
-        sampling = params.temperature > 0
+        # With a seed per row, each row draws its own token and `generate` takes it as the greedy choice.
+        per_row = params.temperature > 0 and seeds is not None
+        sampling = params.temperature > 0 and not per_row
         out = model.generate(
             **batch,
             max_new_tokens=max(budgets),
@@ -152,6 +160,7 @@ class HFEngine:
             temperature=params.temperature if sampling else None,
             top_p=params.top_p if sampling else None,
             top_k=0 if sampling else None,
+            logits_processor=LogitsProcessorList([_RowSampler(params, seeds)] if per_row else []),
             eos_token_id=self.eos_ids or None,
             pad_token_id=self.tokenizer.pad_token_id,
             stopping_criteria=StoppingCriteriaList([ends]),
@@ -285,8 +294,27 @@ def _token_ids_only(loaded: GenerationConfig) -> GenerationConfig:
     )
 
 
-def _call_seed(params: SamplingParams, count: int) -> int | None:
-    """One seed for a batched call: `params.seed`, or a digest of all of `params.seeds` (None: unseeded)."""
-    if params.seeds is None:
-        return params.seed
-    return digest_seed(*params.prompt_seeds(count))
+class _RowSampler(LogitsProcessor):
+    """Sample each row's next token from a generator of its own seed, and leave only that token to choose.
+
+    One batched `generate` draws all rows' tokens from one generator, so a row's sample would depend on
+    its batch mates (how many, and their seeds). Here each row is warped as `do_sample` warps it
+    (temperature, then top-p) and sampled with the exponential-race trick (argmax of p / E, E ~ Exp(1)
+    from the row's generator), which a row's own logits and seed alone decide. Every other token gets
+    -inf, so greedy decoding picks the sampled one; `output_logits` still returns the raw logits.
+    """
+
+    def __init__(self, params: SamplingParams, seeds: list[int]) -> None:
+        self.warpers = [TemperatureLogitsWarper(params.temperature)]
+        if params.top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(params.top_p))
+        self.generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        warped = scores.float()  # (B, V)
+        for warper in self.warpers:
+            warped = warper(input_ids, warped)
+        probs = torch.softmax(warped, dim=-1).cpu()  # (B, V)
+        noise = torch.stack([torch.empty(probs.shape[1]).exponential_(generator=g) for g in self.generators])
+        chosen = (probs / noise).argmax(dim=-1, keepdim=True).to(scores.device)  # (B, 1)
+        return torch.full_like(scores, float("-inf")).scatter_(-1, chosen, 0.0)
