@@ -146,26 +146,38 @@ class _Batcher:
             self._changed.clear()
             await self._changed.wait()
         deadline = time.monotonic() + self.max_wait_s
-        while len(self._pending) < self.live and (left := deadline - time.monotonic()) > 0:
+        while self._unanswered() < self.live and (left := deadline - time.monotonic()) > 0:
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout=left)
             except asyncio.TimeoutError:
                 return
 
+    def _unanswered(self) -> int:
+        """The prompts still waiting for an answer: one whose episode was cancelled (its hard limit) has no live
+        episode behind it, and counting it would send the batch off before a live episode's prompt joins it."""
+        return sum(not future.done() for _, _, future in self._pending)
+
+    async def _generate(self, prompts: list[str], seeds: list[int | None]) -> list[Completion]:
+        """One engine call, timed; a reply without exactly one completion per prompt is that call's failure."""
+        with self.clock.engine(len(prompts)):
+            completions = list(await asyncio.to_thread(self.engine.generate, prompts, self._sampling(seeds)))
+        if len(completions) != len(prompts):
+            raise RuntimeError(f"{self.engine!r} returned {len(completions)} completions for {len(prompts)} prompts")
+        return completions
+
     async def _answer(self, batch: list[tuple[str, int | None, asyncio.Future]]) -> None:
         prompts = [p for p, _, _ in batch]
         seeds = [s for _, s, _ in batch]
         try:
-            with self.clock.engine(len(prompts)):
-                completions = await asyncio.to_thread(self.engine.generate, prompts, self._sampling(seeds))
-            results: list[Completion | BaseException] = list(completions)
+            results: list[Completion | BaseException] = list(await self._generate(prompts, seeds))
         except Exception as err:  # noqa: BLE001 - isolate the prompt(s) the engine rejects
             if len(prompts) == 1:
                 results = [err]
             else:
                 log.warning("engine failed on a batch of %d prompts (%s); retrying them one by one", len(prompts), err)
-                results = [await self._one(p, s) for p, s in zip(prompts, seeds, strict=True)]
+                # A prompt whose episode has gone (its hard limit) keeps the batch's error: no one waits for a retry.
+                results = [err if f.done() else await self._one(p, s) for p, s, f in batch]
         self.failed_calls = self.failed_calls + 1 if all(isinstance(r, BaseException) for r in results) else 0
         if self.failed_calls >= MAX_FAILED_ENGINE_CALLS:
             error = EngineDownError(
@@ -193,8 +205,7 @@ class _Batcher:
 
     async def _one(self, prompt: str, seed: int | None) -> Completion | BaseException:
         try:
-            with self.clock.engine(1):
-                return (await asyncio.to_thread(self.engine.generate, [prompt], self._sampling([seed])))[0]
+            return (await self._generate([prompt], [seed]))[0]
         except Exception as err:  # noqa: BLE001 - returned to the one episode that sent it
             return err
 
