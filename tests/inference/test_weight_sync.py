@@ -111,6 +111,30 @@ def test_a_lora_actor_synced_into_an_engine_decodes_like_the_adapted_model(tiny_
         torch.testing.assert_close(engine.model(ids).logits, peft_model(input_ids=ids).logits, rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize("targets", [["embed_tokens"], ["q_proj", "embed_tokens"]])
+def test_an_adapted_embedding_reaches_the_engine_and_its_tied_lm_head(tiny_model_dir, prompts, targets) -> None:
+    """LoRA on the (tied) input embedding: the synced weights are peft's merge, embedding and LM head alike, and the
+    engine computes the merged model's logits. The embedding's factors (`lora_embedding_A/B`) were left out, so the
+    engine served the base embedding (or, with no other layer adapted, got peft's names and refused them)."""
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    assert model.config.tie_word_embeddings
+    embedding_before = model.state_dict()["model.embed_tokens.weight"].clone()
+    peft_model = apply_lora(model, LoraSettings(r=4, alpha=8, target_modules=targets))
+    _train_a_little(peft_model, tokenizer)
+    merged = full_state_dict(peft_model)
+    merged_model = copy.deepcopy(peft_model).merge_and_unload()
+    expected = merged_model.state_dict()
+    assert set(merged) == set(expected)
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        torch.testing.assert_close(merged[name], expected[name], rtol=0, atol=1e-6)
+    assert not torch.allclose(merged["model.embed_tokens.weight"], embedding_before, atol=1e-4)
+    engine = HFEngine(tiny_model_dir)
+    engine.push_weights(merged.items())
+    ids = tokenizer(prompts[1], return_tensors="pt").input_ids
+    with torch.no_grad():
+        torch.testing.assert_close(engine.model(ids).logits, merged_model(input_ids=ids).logits, rtol=0, atol=1e-4)
+
+
 class _Server:
     """TEST DOUBLE of an engine that serves fixed weights (an OpenAI-compatible server): no reload."""
 

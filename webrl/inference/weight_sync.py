@@ -41,7 +41,7 @@ def full_state_dict(model: nn.Module, merge_lora: bool = True) -> dict[str, torc
     if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
         return {}
     state = {name: tensor.detach().to("cpu") for name, tensor in state.items()}
-    if merge_lora and any(".lora_A." in name for name in state):
+    if merge_lora and any(".lora_" in name for name in state):
         state = _merge_lora(model, state)
     return state
 
@@ -71,21 +71,51 @@ def _merge_lora(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, t
     """Fold every active LoRA adapter into its base weight and return base-model names only.
 
     `scaling` is read from each LoRA layer (it carries per-module rank/alpha patterns), so the
-    merge matches peft's own `merge_and_unload`.
+    merge matches peft's own `merge_and_unload`. An adapted embedding (`target_modules` naming
+    `embed_tokens`) keeps its factors under other names (`lora_embedding_A/B`, no `.weight`), and
+    its delta is (B A)ᵀ. A weight the model ties to another (a tied LM head and embedding) is one
+    tensor, which peft's merge updates once for both names: each name here gets the updates of all.
     """
     scalings = {name: dict(module.scaling) for name, module in model.named_modules() if hasattr(module, "lora_A")}
+    ties = _tied_names(model)
+    updates: dict[str, list[tuple[float, torch.Tensor]]] = {}
+    for name in state:
+        module_name, _, param = name.rpartition(".")
+        if module_name.endswith(".base_layer") and param == "weight":
+            layer = module_name.removesuffix(".base_layer")
+            deltas = [
+                (scaling, _lora_delta(state, layer, adapter)) for adapter, scaling in scalings.get(layer, {}).items()
+            ]
+            for tied in ties.get(name, [name]):
+                updates.setdefault(tied, []).extend(deltas)
     merged: dict[str, torch.Tensor] = {}
     for name, tensor in state.items():
         if ".lora_" in name:
             continue
-        module_name, _, param = name.rpartition(".")
-        if module_name.endswith(".base_layer") and param == "weight":
-            layer = module_name.removesuffix(".base_layer")
+        if name in updates:
             tensor = tensor.clone()
-            for adapter, scaling in scalings.get(layer, {}).items():
-                a = state.get(f"{layer}.lora_A.{adapter}.weight")  # (r, in)
-                b = state.get(f"{layer}.lora_B.{adapter}.weight")  # (out, r)
-                if a is not None and b is not None:
-                    tensor += scaling * (b.float() @ a.float()).to(tensor.dtype)  # (out, in)
+            for scaling, delta in updates[name]:
+                tensor += scaling * delta.to(tensor.dtype)
         merged[name.replace(".base_layer.", ".").removeprefix(_PEFT_PREFIX)] = tensor
     return merged
+
+
+def _tied_names(model: nn.Module) -> dict[str, list[str]]:
+    """For each parameter registered under several names (tied weights), all of its names."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return {name: group for group in names.values() if len(group) > 1 for name in group}
+
+
+def _lora_delta(state: dict[str, torch.Tensor], layer: str, adapter: str) -> torch.Tensor:
+    """`layer`'s unscaled LoRA update for `adapter`, shaped as its base weight (0 when it has no factors)."""
+    a = state.get(f"{layer}.lora_A.{adapter}.weight")  # (r, in)
+    b = state.get(f"{layer}.lora_B.{adapter}.weight")  # (out, r)
+    if a is not None and b is not None:
+        return b.float() @ a.float()  # (out, in)
+    a = state.get(f"{layer}.lora_embedding_A.{adapter}")  # (r, vocab)
+    b = state.get(f"{layer}.lora_embedding_B.{adapter}")  # (dim, r)
+    if a is not None and b is not None:
+        return (b.float() @ a.float()).T  # (vocab, dim)
+    return torch.zeros(())
