@@ -138,13 +138,21 @@ def _absolute_paths(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_run_config(run_dir: Path, config: Any, allow_changes: list[str]) -> dict[str, tuple[Any, Any]] | None:
-    """None for a run directory without config.json; else the allowed changes from it (empty when none).
+    """None for a new run directory (no config.json, no run_state.json); else the allowed changes from config.json
+    (empty when none). A directory with run_state.json but no config.json is refused: its settings are unknown.
 
     `config` is the resolved config, a dataclass: its class's defaults stand for the keys config.json lacks
     (`changed_keys`). Raises ConfigError (one line) listing the keys that differ and are not allowed. Reads only.
     """
     saved = effective_config(run_dir)
     if saved is None:
+        layout = RunLayout(run_dir)
+        if layout.state_path.exists():
+            # Stages ran, but what they ran with is gone: a relaunch would record its own settings as the run's.
+            raise ConfigError(
+                f"{layout.state_path} records finished stages but {layout.config_path} is missing, so the settings "
+                "they ran with are unknown: restore config.json, or use another output_dir"
+            )
         return None
     defaults = dataclasses.asdict(type(config)())
     changes = changed_keys(saved, dataclasses.asdict(config), defaults, saved_keys(run_dir))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
@@ -17,6 +18,7 @@ from webrl.comparison import Comparison, Method, train_templates
 from webrl.config import load_config
 from webrl.config_checks import ConfigError
 from webrl.data import atomic_io
+from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import Task, Trajectory, write_trajectories
 from webrl.evaluation.identity import evaluation_settings, weights_sha256
 from webrl.evaluation.run_results import launch_seconds
@@ -43,6 +45,16 @@ def write_loop_run(run_dir: Path, solved: set[str], tasks: list[str] = TASKS) ->
     )
 
 
+def keep_loop_configs(root: Path, quick: list[str], names: str) -> None:
+    """config.json of the WebRL-loop methods `names` as their first launch under `root` would have written it."""
+    methods, _ = compare.select(names)
+    comparison = Comparison(
+        methods, root, [], quick, default_file=DEFAULT_CONFIG, environment=WANDB_ENVIRONMENT, family=compare.METHODS
+    )
+    for run in comparison.runs:
+        write_json_atomic(RunLayout(run.run_dir).config_path, dataclasses.asdict(run.config))
+
+
 def write_sft_run(run_dir: Path, settings: dict, solved: set[str]) -> None:
     """The SFT recipe's evaluation as recipes.evaluate writes it: the JSON with its identity, the trajectories."""
     run_dir.mkdir(parents=True)
@@ -60,6 +72,7 @@ def test_reuse_only_tables_the_finished_runs(tmp_path, capsys, quick):
     write_sft_run(root / "sft", settings, solved={"1"})
     write_loop_run(root / "webrl", solved={"1", "2", "3"})
     write_loop_run(root / "no_kl", solved={"2"})
+    keep_loop_configs(root, quick, "webrl,no_kl")
     record = compare.main(
         [
             "--reuse-only",
@@ -108,6 +121,7 @@ def test_results_on_other_tasks_or_settings_are_refused(tmp_path, quick):
     root = tmp_path / "cmp"
     write_loop_run(root / "webrl", solved={"1"})
     write_loop_run(root / "no_kl", solved={"1"}, tasks=TASKS[:3])
+    keep_loop_configs(root, quick, "webrl,no_kl")
     with pytest.raises(SystemExit, match=r"different held-out tasks: no_kl \(3 tasks\) vs webrl \(4 tasks\)"):
         compare.main(["--reuse-only", "--output-root", str(root), "--methods", "webrl,no_kl", *quick])
     (root / "no_kl" / "config.json").write_text(json.dumps({"seed": 5}))
@@ -254,6 +268,7 @@ def test_the_markdown_table_is_written_atomically(tmp_path, monkeypatch, quick):
     """A write of learning_table.md that fails before its rename leaves the previous table whole."""
     root = tmp_path / "cmp"
     write_loop_run(root / "webrl", solved={"1"})
+    keep_loop_configs(root, quick, "webrl")
     (root / "learning_table.md").write_text("the previous table\n")
     rename = atomic_io.os.replace
 

@@ -13,6 +13,7 @@ import pytest
 from recipes import webrl
 from webrl.config_checks import ConfigError
 from webrl.run_config import ABSENT, check_run_config, effective_config, keep_run_config
+from webrl.run_state import RunState
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,6 +57,18 @@ def test_a_relaunch_with_other_settings_stops_naming_each_key_and_keeps_the_firs
     assert "engines" not in message and "activation_checkpointing" not in message  # GPU memory only
     assert "output_dir" in message and "resume.allow_changes=[actor.train.lr,env.test_tasks]" in message
     assert (run_dir / "config.json").read_text() == started_with
+
+
+def test_a_run_whose_config_json_is_gone_is_not_relaunched_with_whatever_settings_come(launch):
+    """Stages ran, then config.json was deleted: a relaunch with another learning rate wrote it anew and went on."""
+    run, run_dir = launch
+    with pytest.raises(Started):
+        run()
+    RunState(phase=0, done=["curriculum", "rollouts"]).save(run_dir / "run_state.json")
+    (run_dir / "config.json").unlink()
+    with pytest.raises(SystemExit, match=r"run_state.json records finished stages but .*config.json is missing"):
+        run("actor.train.lr=0.5")
+    assert not (run_dir / "config.json").exists()
 
 
 def test_allowed_changes_continue_and_are_recorded_beside_the_first_config(launch):
