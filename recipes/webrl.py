@@ -72,6 +72,8 @@ def recipe_config(
             config.require_held_out_apart()
         if runs_phases:
             config.require_phase_loop()
+        if trains:
+            config.require_starting_actor()
         return config
     except (ConfigError, ValueError) as err:
         raise SystemExit(f"config error: {err}") from None

@@ -184,7 +184,8 @@ def test_llm_made_tasks_are_refused_with_evaluator_rewards(mode):
 def test_template_tasks_are_refused_on_an_external_suite(tmp_path, mode):
     """Template and mixed curricula draw new values from the embedded sites' templates, which a WebArena suite's tasks
     are not: the run must stop at load time, not in phase 1 (or grow embedded-site tasks from WebArena failures)."""
-    suite = [f"env.suite={tmp_path}", "env.url_map={__SHOPPING__: 'http://shop:7770'}"]
+    (tmp_path / "config.json").write_text("{}")  # the suite's folder stands in for the starting actor's too
+    suite = [f"env.suite={tmp_path}", "env.url_map={__SHOPPING__: 'http://shop:7770'}", f"model.actor={tmp_path}"]
     with pytest.raises(SystemExit) as exit_info:
         recipe_config([*suite, f"curriculum.mode={mode}"])
     message = str(exit_info.value.code)
@@ -199,6 +200,21 @@ def test_template_tasks_are_refused_on_an_external_suite(tmp_path, mode):
         ["--config", str(CONFIG_DIR / "webrl_llama8b_webarena.yaml"), *suite, f"model.base={tmp_path / 'base'}"]
     )
     assert webarena.curriculum.mode == "llm", "the shipped WebArena config loads on an external suite"
+
+
+def test_a_training_recipe_on_an_external_suite_needs_a_starting_actor(tmp_path):
+    """The reference solver writes demonstrations for the embedded sites' tasks only: on a WebArena suite it failed
+    every task on the live sites, then stopped with no demonstration. Evaluation alone needs no SFT."""
+    suite = [f"env.suite={tmp_path}", "env.url_map={__SHOPPING__: 'http://shop:7770'}", "curriculum.mode=llm"]
+    suite.append("reward.source=orm")
+    with pytest.raises(SystemExit) as exit_info:
+        recipe_config(suite)
+    assert str(exit_info.value.code).startswith(
+        f"config error: model.actor='': must name a starting actor with env.suite='{tmp_path}'"
+    )
+    (tmp_path / "config.json").write_text("{}")  # the suite's folder stands in for the starting actor's too
+    assert recipe_config([*suite, f"model.actor={tmp_path}"]).model.actor == str(tmp_path)
+    assert recipe_config(suite, trains=False).env.suite == str(tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -528,6 +528,18 @@ def test_ensure_sft_with_a_given_actor_trains_nothing_and_returns_the_cached_dem
     assert not list((tmp_path / "cache").glob("sft-*"))
 
 
+def test_ensure_sft_on_an_external_suite_starts_from_the_given_actor_without_running_the_solver(tmp_path, fabric):
+    """The reference solver has no plan for a WebArena suite's tasks: nothing is collected (env None would fail if
+    the solver ran), no base model is built (the tiny one would learn its tokenizer from no demonstration)."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    given = _model_dir(tmp_path / "actor")
+    config = _config(tmp_path, f"env.suite={suite}", "env.url_map={__SHOPPING__: 'http://shop:7770'}")
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, actor=str(given)))
+    assert ensure_sft(config, fabric, env=None) == (given, [])
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
+
+
 def test_ensure_orm_reuses_a_given_or_built_orm(tmp_path, fabric):
     given = _config(tmp_path, f"model.orm={_model_dir(tmp_path / 'orm')}")
     assert ensure_orm(given, fabric, None, None, tmp_path / "sft", []) == tmp_path / "orm"

@@ -133,6 +133,7 @@ class Comparison:
             config.require_held_out_apart()  # every method trains, as its recipe will check
             if method.recipe == "recipes.webrl":
                 config.require_phase_loop()  # as recipes.webrl will
+            config.require_starting_actor()
         except (ConfigError, ValueError) as err:
             raise ConfigError(f"method {method.name}: {err}") from None
         return PlannedRun(method, argv, config, run_dir)

@@ -526,6 +526,21 @@ class WebRLConfig:
                 "makes tasks with an LLM, which have no evaluator: use reward.source=orm, or curriculum.mode=template",
             )
 
+    def require_starting_actor(self) -> None:
+        """For a recipe that trains: on a suite other than the embedded sites, a starting actor (`model.actor`).
+
+        SFT's demonstrations come from the embedded sites' reference solver, which has a plan for their tasks only:
+        on a WebArena suite it would fail every task, on the live sites, and stop with no demonstration.
+        """
+        if self.env.suite != "embedded" and not self.model.actor:
+            raise invalid(
+                "model.actor",
+                self.model.actor,
+                f"must name a starting actor with env.suite={self.env.suite!r}: demonstrations come from the embedded "
+                "sites' reference solver, which has no plan for another suite's tasks (fine-tune one on that suite's "
+                "demonstrations first)",
+            )
+
     def require_held_out_apart(self) -> None:
         """For a recipe that trains: its held-out tasks are none of its training tasks (embedded splits).
 

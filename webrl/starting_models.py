@@ -363,7 +363,13 @@ def train_orm(
 
 
 def ensure_sft(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tuple[Path, list[Trajectory]]:
-    """The cached SFT actor (built on first use, once: `build_once`) and the demonstrations it was trained on."""
+    """The cached SFT actor (built on first use, once: `build_once`) and the demonstrations it was trained on.
+
+    On another suite than the embedded sites the reference solver, the only source of demonstrations, knows no task:
+    the starting actor is `model.actor` (`WebRLConfig.require_starting_actor`) and there are no demonstrations.
+    """
+    if config.env.suite != "embedded" and config.model.actor:
+        return Path(config.model.actor), []
     if fabric.is_global_zero:
         demos_path, demos = ensure_demonstrations(config, fabric, env)
         base_model_dir(config, demos, demos_path)
