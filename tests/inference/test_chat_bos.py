@@ -81,9 +81,9 @@ def test_the_hf_engine_decodes_a_chat_prompt_after_one_bos(llama3_dir, chat_prom
     seen: list[list[int]] = []
     decode = engine._generate_chunk
 
-    def spy(model, encoded, params):
+    def spy(model, encoded, *rest):
         seen.extend(encoded)
-        return decode(model, encoded, params)
+        return decode(model, encoded, *rest)
 
     monkeypatch.setattr(engine, "_generate_chunk", spy)
     engine.generate([prompt], GREEDY)
