@@ -305,6 +305,21 @@ def test_a_branch_of_a_branch_before_a_change_its_config_holds_is_refused(tmp_pa
     assert json.loads(again.config_path.read_text())["actor"]["train"]["lr"] == 0.0003
 
 
+def test_a_branch_of_a_branch_whose_record_lacks_its_point_names_the_file(tmp_path):
+    """A hand-edited branched_from.json without `phase`, in a branch that holds an accepted change, was a bare
+    KeyError out of `python -m recipes.branch`."""
+    source = _in_phase_one(tmp_path / "source", STAGES[: STAGES.index("sync") + 1])
+    argv = [f"output_dir={source.root}", "actor.train.lr=0.0003", "resume.allow_changes=[actor.train.lr]"]
+    webrl.keep_config(source.root, webrl.recipe_config(argv))  # the change runs from phase 1's evaluation on
+    RunState.load(source.state_path).mark(1, "evaluate", source.state_path)
+    first = RunBranch(source.root, 1, "evaluate").write(tmp_path / "first")
+    record = json.loads(first.branch_path.read_text())
+    del record["phase"]
+    first.branch_path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"branched_from\.json: no phase entry .*fix or restore the file"):
+        RunBranch(first.root, 1, "critic")
+
+
 def test_a_relaunch_from_the_branch_config_goes_on_in_the_branch_not_in_its_source(tmp_path, monkeypatch):
     source = _in_phase_one(tmp_path / "source", STAGES[: STAGES.index("critic") + 1])
     branched = RunBranch(source.root, 1, "critic").write(tmp_path / "branch")

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from webrl.config_checks import read_run_file
+from webrl.config_checks import ConfigError, read_run_file
 from webrl.curriculum.state import STATE_FILE
 from webrl.data.atomic_io import publish_dir, write_json_atomic, write_text_atomic
 from webrl.data.replay import ReplayBuffer
@@ -81,6 +81,12 @@ class RunBranch:
         if not self.source.branch_path.is_file():
             return
         point = read_run_file(self.source.branch_path, dict)
+        missing = [key for key in ("source", "phase", "after") if key not in point]
+        if missing:
+            raise ConfigError(
+                f"{self.source.branch_path}: no {', '.join(missing)} entry (a branch names its source and its point); "
+                "fix or restore the file"
+            )
         held = [
             record for record in change_records(self.source.root) if in_force(record, point["phase"], point["after"])
         ]
