@@ -426,6 +426,24 @@ def test_an_sft_actor_asked_for_twice_at_once_is_trained_once(tmp_path, fabric, 
     assert len([path for path in (tmp_path / "cache").glob("tiny-*") if path.is_dir()]) == 1
 
 
+def test_a_training_state_left_beside_a_built_sft_actor_is_removed(tmp_path, fabric):
+    """A build killed after publishing its actor but before discarding its checkpoint left `<target>.resume` behind
+    for good; the next run that finds the actor built removes it."""
+    config = _config(tmp_path, *TINY)
+    demos_path = demonstrations_path(config, None)
+    _cached_demonstrations(demos_path, [1.0, 1.0])
+    target = sft_dir(
+        config, base_model_dir(config, collect_demonstrations(None, demos_path, 2, 1), demos_path), demos_path
+    )
+    target.mkdir(parents=True)
+    (target / DONE_MARKER).write_text("{}")
+    left = target.with_name(target.name + ".resume")
+    left.mkdir()
+    (left / "state.pt").write_bytes(b"optimizer moments")
+    assert ensure_sft(config, fabric, env=None)[0] == target
+    assert not left.exists() and target.is_dir()
+
+
 def test_an_orm_asked_for_twice_at_once_is_built_once(tmp_path, fabric, monkeypatch):
     config = _config(tmp_path)
     built: list[str] = []
