@@ -1,7 +1,8 @@
 """Fixtures for the inference tests: one tiny Llama per session (built offline, head_dim 64 so that
 vLLM's CPU kernels accept it) and prompts in WebRL's completion form.
 
-`reload_from_disk` syncs an engine the way the phase loop does after training.
+`reload_from_disk` syncs an engine the way the phase loop does after training; `miniwob` serves the MiniWoB++
+pages that the rollout tests drive in real Chromium.
 `greedy_reference` is a hand-written greedy decoder: it runs the full sequence through the model
 at every step (no cache, no padding, one prompt at a time), so it shares none of the machinery that
 batching, left padding or KV caches could get wrong; every engine's greedy output is checked
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,6 +23,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from webrl.data.prompts import build_actor_prompt
+from webrl.env.miniwob import MiniWoBBackend
 from webrl.modules.lm import build_tiny_model
 
 ONE_PROCESS = SimpleNamespace(is_global_zero=True, barrier=lambda: None)
@@ -114,3 +117,10 @@ def reload_from_disk(tmp_path: Path):
         return target
 
     return sync
+
+
+@pytest.fixture(scope="module")
+def miniwob() -> Iterator[MiniWoBBackend]:
+    """The MiniWoB++ pages the rollout tests drive, served once per test module."""
+    with MiniWoBBackend() as backend:
+        yield backend

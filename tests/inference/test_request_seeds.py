@@ -8,23 +8,15 @@ under one seed and 18 under the next. These tests pin the fix down on real Chrom
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
 from webrl.data.prompts import actor_prompt_for_step
-from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
+from webrl.env.miniwob import miniwob_tasks
 from webrl.inference.engine import SamplingParams
 from webrl.inference.hf import HFEngine
 from webrl.inference.rollout import collect_rollouts, episode_keys, request_seed
 from webrl.inference.scripted import ScriptedEngine
-
-
-@pytest.fixture(scope="module")
-def miniwob() -> Iterator[MiniWoBBackend]:
-    with MiniWoBBackend() as backend:
-        yield backend
 
 
 class _RecordsSeeds:

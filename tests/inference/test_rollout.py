@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,17 +19,11 @@ from webrl.data.prompts import actor_prompt_for_step, trajectory_prompts
 from webrl.data.trajectory import read_trajectories
 from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.limits import EpisodeLimits
-from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
+from webrl.env.miniwob import miniwob_tasks
 from webrl.inference.engine import Completion, SamplingParams
 from webrl.inference.hf import HFEngine
 from webrl.inference.rollout import EngineDownError, collect_rollouts, collect_rollouts_sync
 from webrl.inference.scripted import ScriptedEngine
-
-
-@pytest.fixture(scope="module")
-def miniwob() -> Iterator[MiniWoBBackend]:
-    with MiniWoBBackend() as backend:
-        yield backend
 
 
 def test_miniwob_rollouts_with_the_scripted_policy_all_succeed_and_stream_to_jsonl(run, pool, miniwob, tmp_path):

@@ -7,7 +7,6 @@ MiniWoB scripted policy behind a fake server that fails chosen requests (so ever
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from webrl.config import load_config
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.trajectory import Task, read_trajectories
-from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
+from webrl.env.miniwob import miniwob_tasks
 from webrl.inference.engine import SamplingParams
 from webrl.inference.openai import EngineRequestError
 from webrl.inference.rollout import collect_rollouts, request_seed
@@ -32,12 +31,6 @@ SEED = 0
 SERVER_ERROR = "http://127.0.0.1:8000/v1 (model 'actor'): 500 Internal Server Error"
 # login-user takes 3 actions; its second request fails, after a step it has already taken.
 FAILING_TASK, FAILING_STEP = "miniwob.login-user.5", 1
-
-
-@pytest.fixture(scope="module")
-def miniwob() -> Iterator[MiniWoBBackend]:
-    with MiniWoBBackend() as backend:
-        yield backend
 
 
 class _FailingServer:

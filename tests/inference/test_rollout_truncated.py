@@ -7,24 +7,14 @@ trajectory file and the training samples made from it, where it keeps the EOS of
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from webrl.data.prompts import actor_prompt_for_step
 from webrl.data.steps import trajectory_to_samples
 from webrl.data.trajectory import read_trajectories
 from webrl.env.limits import EpisodeLimits
-from webrl.env.miniwob import MiniWoBBackend, miniwob_tasks
+from webrl.env.miniwob import miniwob_tasks
 from webrl.inference.engine import Completion
 from webrl.inference.rollout import collect_rollouts
 from webrl.inference.scripted import ScriptedEngine
-
-
-@pytest.fixture(scope="module")
-def miniwob() -> Iterator[MiniWoBBackend]:
-    with MiniWoBBackend() as backend:
-        yield backend
 
 
 class _CutEveryOtherPrompt:
