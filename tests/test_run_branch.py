@@ -316,7 +316,7 @@ def test_a_branch_of_a_branch_whose_record_lacks_its_point_names_the_file(tmp_pa
     record = json.loads(first.branch_path.read_text())
     del record["phase"]
     first.branch_path.write_text(json.dumps(record))
-    with pytest.raises(ValueError, match=r"branched_from\.json: no phase entry .*fix or restore the file"):
+    with pytest.raises(ValueError, match=r"branched_from\.json: no 'phase' entry .*fix or restore the file"):
         RunBranch(first.root, 1, "critic")
 
 

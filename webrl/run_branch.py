@@ -40,6 +40,18 @@ from webrl.run_state import PHASE_STEPS, STAGES, RunState
 from webrl.tracking import csv_text, write_phase_row
 
 
+def read_branch_point(path: Path) -> dict[str, Any]:
+    """`branched_from.json` as `RunBranch.provenance` wrote it, with the source and the point every reader names;
+    a file that is not JSON, or lacks one of them, is one ConfigError naming the file and the first key missing."""
+    point = read_run_file(path, dict)
+    missing = next((key for key in ("source", "phase", "after") if key not in point), None)
+    if missing is not None:
+        raise ConfigError(
+            f"{path}: no {missing!r} entry (a branch names its source and its point); fix or restore the file"
+        )
+    return point
+
+
 class RunBranch:
     """The run directory `source` as it stood once phase `phase`'s stage `after` was done.
 
@@ -80,13 +92,7 @@ class RunBranch:
         """
         if not self.source.branch_path.is_file():
             return
-        point = read_run_file(self.source.branch_path, dict)
-        missing = [key for key in ("source", "phase", "after") if key not in point]
-        if missing:
-            raise ConfigError(
-                f"{self.source.branch_path}: no {', '.join(missing)} entry (a branch names its source and its point); "
-                "fix or restore the file"
-            )
+        point = read_branch_point(self.source.branch_path)
         held = [
             record for record in change_records(self.source.root) if in_force(record, point["phase"], point["after"])
         ]

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from webrl.config_checks import ConfigError, read_run_file
+from webrl.config_checks import ConfigError
 from webrl.loop_config import WebRLConfig
+from webrl.run_branch import read_branch_point
 from webrl.run_config import describe_changes
 from webrl.run_layout import RunLayout
 from webrl.run_state import STAGES, RunState
@@ -51,12 +52,10 @@ def _branch_line(path: Path) -> str:
     the plan rather than ending the dry run with a traceback where the launch would go ahead.
     """
     try:
-        branch = read_run_file(path, dict)
-        return f"branched from {branch['source']} after phase {branch['phase']}'s {branch['after']}"
+        branch = read_branch_point(path)
     except ConfigError as err:
         return f"branched, but {err}"
-    except KeyError as err:
-        return f"branched, but {path}: no {err} entry; fix or restore the file"
+    return f"branched from {branch['source']} after phase {branch['phase']}'s {branch['after']}"
 
 
 def describe_plan(config: WebRLConfig, changes: dict[str, tuple[Any, Any]] | None) -> str:
