@@ -54,9 +54,9 @@ def recipe_config(
 
     `schema` is the run config or a recipe's extension of it. A bad key or value ends the program
     with one line that names it, never a traceback. `usage` and `help_keys` are what `--help` shows.
-    A recipe that `trains` must hold its evaluation tasks apart from its training tasks
-    (`WebRLConfig.require_held_out_apart`); one that `runs_phases` (`recipes.webrl`) must have a curriculum and an
-    engine the phases can use (`WebRLConfig.require_phase_loop`), which the other recipes never read.
+    A recipe that `trains` must hold its evaluation tasks apart from its training tasks and have a starting actor
+    for its suite; one that `runs_phases` (`recipes.webrl`) must have a curriculum and an engine the phases can use,
+    which the other recipes never read (`WebRLConfig.require_for_recipe`).
     """
     setup_logging()
     try:
@@ -68,12 +68,7 @@ def recipe_config(
             usage=usage,
             help_keys=help_keys,
         )
-        if trains:
-            config.require_held_out_apart()
-        if runs_phases:
-            config.require_phase_loop()
-        if trains:
-            config.require_starting_actor()
+        config.require_for_recipe(trains=trains, runs_phases=runs_phases)
         return config
     except (ConfigError, ValueError) as err:
         raise SystemExit(f"config error: {err}") from None

@@ -130,10 +130,8 @@ class Comparison:
         argv = [*(arg for path in files for arg in ("--config", path)), *mine, *own, f"output_dir={run_dir}"]
         try:
             config = load_config(method.schema, argv, default_file=default_file, environment=environment)
-            config.require_held_out_apart()  # every method trains, as its recipe will check
-            if method.recipe == "recipes.webrl":
-                config.require_phase_loop()  # as recipes.webrl will
-            config.require_starting_actor()
+            # Every method trains; its recipe will check as this does.
+            config.require_for_recipe(trains=True, runs_phases=method.recipe == "recipes.webrl")
         except (ConfigError, ValueError) as err:
             raise ConfigError(f"method {method.name}: {err}") from None
         return PlannedRun(method, argv, config, run_dir)

@@ -492,6 +492,17 @@ class WebRLConfig:
                 f"must be below model.max_length ({self.model.max_length}), which also holds the prompt",
             )
 
+    def require_for_recipe(self, *, trains: bool, runs_phases: bool) -> None:
+        """The rules beyond `validate` of a recipe that `trains` (`require_held_out_apart`, `require_starting_actor`)
+        and of one that `runs_phases` (`require_phase_loop`), in the order their errors are reported; a recipe and a
+        comparison planning it check the same."""
+        if trains:
+            self.require_held_out_apart()
+        if runs_phases:
+            self.require_phase_loop()
+        if trains:
+            self.require_starting_actor()
+
     def require_phase_loop(self) -> None:
         """For a recipe that runs WebRL's phases (`recipes.webrl`): the rules of the parts only the phases use.
 
