@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
 
 from tests.single_process import SingleProcess
@@ -274,3 +275,44 @@ def test_two_ranks_with_an_engine_each_serve_rank_zeros_trained_weights_after_an
         assert served["served"].keys() == trained.keys()
         unequal = [name for name in trained if not torch.equal(served["served"][name], trained[name])]
         assert unequal == [], f"rank {rank}'s engine differs from the trained weights in {unequal}"
+
+
+def _randomised_peft_model(tiny_model_dir, **lora_options):
+    """A peft model whose every trainable tensor is moved off its initial value, so that no merge is a no-op."""
+    model, _ = load_model_and_tokenizer(tiny_model_dir)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, **lora_options))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in peft_model.parameters():
+            if param.requires_grad:
+                param.add_(0.1 * torch.randn(param.shape, generator=generator))
+    return peft_model
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"use_dora": True}, {"modules_to_save": ["norm"]}, {"use_dora": True, "modules_to_save": ["norm"]}],
+    ids=["dora", "modules_to_save", "both"],
+)
+def test_dora_and_modules_to_save_are_merged_like_peft(tiny_model_dir, prompts, options) -> None:
+    """DoRA rescales each row of W + s·B A to a learnt magnitude, and a `modules_to_save` layer replaces its original:
+    before, DoRA's magnitudes were dropped (the plain LoRA sum served instead) and the trained norm kept peft's
+    `modules_to_save.default` name, which no engine loads."""
+    peft_model = _randomised_peft_model(tiny_model_dir, target_modules=["q_proj", "v_proj"], **options)
+    merged = full_state_dict(peft_model)
+    merged_model = copy.deepcopy(peft_model).merge_and_unload()
+    expected = merged_model.state_dict()
+    assert set(merged) == set(expected)
+    for name in expected:
+        torch.testing.assert_close(merged[name], expected[name], rtol=0, atol=1e-5)
+    engine = HFEngine(tiny_model_dir)
+    engine.push_weights(merged.items())
+    ids = engine.tokenizer(prompts[1], return_tensors="pt").input_ids
+    with torch.no_grad():
+        torch.testing.assert_close(engine.model(ids).logits, peft_model(input_ids=ids).logits, rtol=0, atol=1e-4)
+
+
+def test_an_adapter_kind_the_merge_does_not_know_is_refused_by_name(tiny_model_dir) -> None:
+    peft_model = _randomised_peft_model(tiny_model_dir, target_modules=["q_proj"], trainable_token_indices=[1, 2])
+    with pytest.raises(ValueError, match=r"model\.embed_tokens\.token_adapter.*trainable tokens are not merged"):
+        full_state_dict(peft_model)

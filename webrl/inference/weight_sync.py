@@ -3,17 +3,19 @@
 `full_state_dict` turns whatever the trainer holds into plain CPU tensors with Hugging Face
 checkpoint names: it unwraps Fabric/DDP wrappers, gathers FSDP/FSDP2-sharded parameters with
 `torch.distributed.checkpoint` (a collective: every rank calls it; only rank 0 gets the tensors),
-and folds LoRA adapters into their base weights (W + scaling · B A) without touching the trained
-model. The phase loop always saves that state as a model directory (checkpoints and resume read it);
-an engine then either reloads the directory (`ReloadableEngine.reload`) or, with
-`engines.weight_sync=memory`, takes the same tensors in memory (`ReloadableEngine.push_weights`):
-`broadcast_state` streams rank 0's tensors to every rank, one at a time, so a rank with an engine
-but no gathered state (any rank but 0) gets them too without ever holding a second full copy.
+and folds LoRA adapters into their base weights (W + scaling · B A; DoRA and `modules_to_save` as
+peft merges them) without touching the trained model. The phase loop always saves that state as a
+model directory (checkpoints and resume read it); an engine then either reloads the directory
+(`ReloadableEngine.reload`) or, with `engines.weight_sync=memory`, takes the same tensors in memory
+(`ReloadableEngine.push_weights`): `broadcast_state` streams rank 0's tensors to every rank, one at a
+time, so a rank with an engine but no gathered state (any rank but 0) gets them too without ever
+holding a second full copy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -21,6 +23,9 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 _PEFT_PREFIX = "base_model.model."
+_UNMERGED_MARKER = ".token_adapter."
+"""In the name of a weight that peft's trainable tokens (`trainable_token_indices`) wrap, which this merge does not
+fold in."""
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -68,36 +73,87 @@ def broadcast_state(state: dict[str, torch.Tensor], src: int = 0) -> Iterator[tu
 
 
 def _merge_lora(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Fold every active LoRA adapter into its base weight and return base-model names only.
+    """Fold every active adapter into its base weight and return base-model names only, as peft's `merge_and_unload`.
 
-    `scaling` is read from each LoRA layer (it carries per-module rank/alpha patterns), so the
-    merge matches peft's own `merge_and_unload`. An adapted embedding (`target_modules` naming
-    `embed_tokens`) keeps its factors under other names (`lora_embedding_A/B`, no `.weight`), and
-    its delta is (B A)ᵀ. A weight the model ties to another (a tied LM head and embedding) is one
-    tensor, which peft's merge updates once for both names: each name here gets the updates of all.
+    `scaling` is read from each LoRA layer (it carries per-module rank/alpha patterns). An adapted embedding
+    (`target_modules` naming `embed_tokens`) keeps its factors under other names (`lora_embedding_A/B`, no
+    `.weight`), and its delta is (B A)ᵀ; a GPT-2-style layer that stores its weight transposed (`fan_in_fan_out`)
+    gets the delta transposed. A DoRA layer (`use_dora`) rescales each output row of W + s·B A to its learnt
+    magnitude, the row norm taken with the unmerged base weight, as peft does; a layer trained whole
+    (`modules_to_save`) replaces its original. A weight the model ties to another (a tied LM head and embedding) is
+    one tensor, which peft's merge updates once for both names: each name here gets the updates of all. Any other
+    adapter kind (another LoRA variant, DoRA on a non-Linear layer, trainable tokens) is refused, naming the layer:
+    served unmerged, it would decode with other weights than the trained model's.
     """
-    scalings = {name: dict(module.scaling) for name, module in model.named_modules() if hasattr(module, "lora_A")}
+    layers = {name: module for name, module in model.named_modules() if hasattr(module, "lora_A")}
     ties = _tied_names(model)
-    updates: dict[str, list[tuple[float, torch.Tensor]]] = {}
+    updates: dict[str, list[_Update]] = {}
     for name in state:
         module_name, _, param = name.rpartition(".")
         if module_name.endswith(".base_layer") and param == "weight":
             layer = module_name.removesuffix(".base_layer")
-            deltas = [
-                (scaling, _lora_delta(state, layer, adapter)) for adapter, scaling in scalings.get(layer, {}).items()
-            ]
+            module = layers.get(layer)
+            layer_updates = [_layer_update(state, layer, module, adapter) for adapter in _active(module)]
             for tied in ties.get(name, [name]):
-                updates.setdefault(tied, []).extend(deltas)
+                updates.setdefault(tied, []).extend(layer_updates)
     merged: dict[str, torch.Tensor] = {}
     for name, tensor in state.items():
-        if ".lora_" in name:
+        if ".lora_" in name or ".original_module." in name:
             continue
+        if ".modules_to_save." in name:
+            wrapper, _, rest = name.partition(".modules_to_save.")
+            adapter, _, param = rest.partition(".")
+            if adapter not in _active(model.get_submodule(wrapper)):
+                continue
+            name = f"{wrapper}.{param}"
         if name in updates:
-            tensor = tensor.clone()
-            for scaling, delta in updates[name]:
-                tensor += scaling * delta.to(tensor.dtype)
+            tensor = _apply(tensor, updates[name])
         merged[name.replace(".base_layer.", ".").removeprefix(_PEFT_PREFIX)] = tensor
+    left = [name for name in merged if _UNMERGED_MARKER in name]
+    if left:
+        raise ValueError(
+            f"cannot merge {left[0]}: trainable tokens are not merged (only LoRA, DoRA and modules_to_save)"
+        )
     return merged
+
+
+@dataclass(frozen=True)
+class _Update:
+    """One adapter's change to a base weight: W + scaling · delta, then, with DoRA, each row scaled to `magnitude`."""
+
+    scaling: float
+    delta: torch.Tensor
+    magnitude: torch.Tensor | None = None
+
+
+def _active(module: nn.Module | None) -> list[str]:
+    """The adapters `module` applies in its forward (none for a layer peft did not wrap)."""
+    return list(getattr(module, "active_adapters", [])) if module is not None else []
+
+
+def _layer_update(state: dict[str, torch.Tensor], layer: str, module: nn.Module, adapter: str) -> _Update:
+    """`adapter`'s update of the LoRA layer `layer`, or an error naming it when it is not one this merge knows."""
+    magnitude = state.get(f"{layer}.lora_magnitude_vector.{adapter}.weight")
+    variant = getattr(module, "lora_variant", {}).get(adapter)
+    transposed = bool(getattr(module, "fan_in_fan_out", False))
+    plain_linear = isinstance(module.get_base_layer(), nn.Linear) and not transposed
+    if (variant is not None and magnitude is None) or (magnitude is not None and not plain_linear):
+        kind = type(variant).__name__ if variant is not None else "DoRA"
+        raise ValueError(f"cannot merge {layer}'s adapter {adapter!r} ({kind}): only LoRA and DoRA on Linear layers")
+    delta = _lora_delta(state, layer, adapter)
+    return _Update(float(module.scaling[adapter]), delta.T if transposed else delta, magnitude)
+
+
+def _apply(weight: torch.Tensor, updates: list[_Update]) -> torch.Tensor:
+    """`weight` with `updates` applied in turn (peft's order), computed in float32 and returned in its dtype."""
+    base = weight.float()
+    merged = base
+    for update in updates:
+        merged = merged + update.scaling * update.delta
+        if update.magnitude is not None:
+            norm = torch.linalg.norm(base + update.scaling * update.delta, dim=1)
+            merged = (update.magnitude.float() / norm).view(-1, 1) * merged
+    return merged.to(weight.dtype)
 
 
 def _tied_names(model: nn.Module) -> dict[str, list[str]]:
