@@ -18,6 +18,7 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from tests.single_process import SingleProcess
 from webrl.config import load_config
@@ -316,3 +317,22 @@ def test_an_adapter_kind_the_merge_does_not_know_is_refused_by_name(tiny_model_d
     peft_model = _randomised_peft_model(tiny_model_dir, target_modules=["q_proj"], trainable_token_indices=[1, 2])
     with pytest.raises(ValueError, match=r"model\.embed_tokens\.token_adapter.*trainable tokens are not merged"):
         full_state_dict(peft_model)
+
+
+def test_a_layer_stored_transposed_gets_its_delta_transposed() -> None:
+    """GPT-2's Conv1D layers keep their weight as (in, out) (`fan_in_fan_out`): the merge failed on a shape mismatch,
+    and for a square layer would have added the delta transposed."""
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=50, n_positions=32))
+    peft_model = get_peft_model(
+        model, LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn", "c_proj"], fan_in_fan_out=True)
+    )
+    with torch.no_grad():
+        for param in peft_model.parameters():
+            if param.requires_grad:
+                param.add_(0.1 * torch.randn_like(param))
+    merged = full_state_dict(peft_model)
+    expected = copy.deepcopy(peft_model).merge_and_unload().state_dict()
+    assert set(merged) == set(expected)
+    for name in expected:
+        torch.testing.assert_close(merged[name], expected[name], rtol=0, atol=1e-6)
