@@ -192,7 +192,7 @@ def test_chromium_killed_during_a_batch_retries_the_episodes_in_flight_and_the_r
 
 
 class _RejectMarked:
-    """An engine that, like vLLM on an over-long prompt, fails any batch holding a marked prompt."""
+    """An engine that fails any batch holding a marked prompt (an engine error for that prompt alone)."""
 
     def __init__(self, inner: ScriptedEngine) -> None:
         self.inner = inner

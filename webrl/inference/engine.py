@@ -126,13 +126,26 @@ def with_tied_head(weights: Iterable[tuple[str, Any]], ties_embeddings: bool) ->
         yield "lm_head.weight", embedding.detach()
 
 
+class PromptTooLongError(ValueError):
+    """A prompt of `tokens` tokens, at `index` in its call, that the model (`limit` tokens) could not add one to.
+
+    It is its own class because it says nothing about the engine: the same prompt fails the same way on every try,
+    and in a rollout it grew from the episode's own page and history. The rollout ends that episode as the agent's
+    failure instead of retrying it and leaving it out of the rates as an engine outage (`webrl.inference.rollout`).
+    """
+
+    def __init__(self, index: int, tokens: int, limit: int) -> None:
+        super().__init__(f"prompt {index} has {tokens} tokens; the model takes fewer than {limit}")
+        self.index, self.tokens, self.limit = index, tokens, limit
+
+
 def encode_prompts(tokenizer: Any, prompts: list[str], max_model_len: int) -> list[list[int]]:
     """Each prompt's ids as training encodes them (`prompt_token_ids`: one BOS), refused when the model could not
-    add a single token to it; the error names the prompt's index."""
+    add a single token to it (`PromptTooLongError`, naming the prompt's index)."""
     encoded = [prompt_token_ids(tokenizer, prompt) for prompt in prompts]
     for index, ids in enumerate(encoded):
         if len(ids) >= max_model_len:
-            raise ValueError(f"prompt {index} has {len(ids)} tokens; the model takes fewer than {max_model_len}")
+            raise PromptTooLongError(index, len(ids), max_model_len)
     return encoded
 
 

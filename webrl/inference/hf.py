@@ -50,7 +50,7 @@ class HFEngine:
     the caller's order. Sampling with `params.seed` is reproducible for the same batch of prompts.
     Per-prompt `params.seeds` give each prompt a random stream of its own (`_RowSampler`), as vLLM does:
     its sample does not depend on the prompts it is batched with, nor on their seeds.
-    A prompt of `max_model_len` tokens or more is an error naming the prompt's index.
+    A prompt of `max_model_len` tokens or more is a `PromptTooLongError` naming the prompt's index.
     `num_threads` torch threads decode (the caller's setting is restored after each call; None
     keeps it): measured on a 2-core machine shared with other jobs, the tiny model decoded 10-20x
     faster on 1 thread than on 2, whose OpenMP workers spin waiting for a descheduled peer.

@@ -25,7 +25,12 @@ kept, with `attempts` = 2 and the first error in its metadata; if it fails the s
 marked, and the labels and success rates leave it out (`rollout/infra_errors` counts it). The engine's
 failure is told from the agent's by where it is raised: only the engine call for the episode's prompt
 counts; a response that does not parse or an action that fails is a step of the agent's, recorded by
-the episode without raising.
+the episode without raising. One refusal of that call is the agent's too: a prompt the model has no room
+for (`PromptTooLongError`, from the hf and vllm engines). The prompt is the episode's own page and history,
+so a retry would fail the same way, and leaving the episode out would raise the success rate of an agent
+whose histories outgrow its model: the episode ends in "error" with the prompt's length in its reason,
+scored 0, not retried, and counted. Nor does such a refusal count toward, or break, an engine's run of
+failed calls: it says nothing about whether the engine is up.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from webrl.env.episode import Episode
 from webrl.env.limits import EpisodeLimits
 from webrl.env.login import LoginStateError
 from webrl.env.observation import ObservationConfig
-from webrl.inference.engine import Completion, InferenceEngine, SamplingParams, digest_seed
+from webrl.inference.engine import Completion, InferenceEngine, PromptTooLongError, SamplingParams, digest_seed
 from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics
 from webrl.progress import progress_bar
 
@@ -56,7 +61,8 @@ PromptBuilder = Callable[[Task, Sequence[Step], str], str]
 
 
 # An engine that fails every prompt of this many calls in a row (each prompt of a batch retried alone)
-# is down; a prompt it rejects among others only ends its own episode.
+# is down; a prompt it rejects among others only ends its own episode, and one too long for the model
+# (`PromptTooLongError`) is no evidence either way.
 MAX_FAILED_ENGINE_CALLS = 3
 
 
@@ -178,10 +184,13 @@ class _Batcher:
                 log.warning("engine failed on a batch of %d prompts (%s); retrying them one by one", len(prompts), err)
                 # A prompt whose episode has gone (its hard limit) keeps the batch's error: no one waits for a retry.
                 results = [err if f.done() else await self._one(p, s) for p, s, f in batch]
-        self.failed_calls = self.failed_calls + 1 if all(isinstance(r, BaseException) for r in results) else 0
+        # A prompt too long for the model is refused by any engine, up or down: the call tells nothing of the engine.
+        telling = [r for r in results if not isinstance(r, PromptTooLongError)]
+        if telling:
+            self.failed_calls = self.failed_calls + 1 if all(isinstance(r, BaseException) for r in telling) else 0
         if self.failed_calls >= MAX_FAILED_ENGINE_CALLS:
             error = EngineDownError(
-                f"the engine failed every prompt of {self.failed_calls} calls in a row: {results[0]}"
+                f"the engine failed every prompt of {self.failed_calls} calls in a row: {telling[0]}"
             )
             for _, _, future in batch:
                 if not future.done():
@@ -262,7 +271,8 @@ class _Rollout:
 
     async def _run(self, episode: Episode, attempt: tuple[str, int]) -> None:
         """Drive and score one episode; a hard limit ends one whose page or engine hung, and an engine call that fails
-        ends it too: both are infrastructure errors, not the agent's."""
+        ends it too: both are infrastructure errors, not the agent's. A prompt too long for the model ends it as the
+        agent's failure (the module docstring)."""
         limits = self.limits
         hard_limit = limits.episode_timeout_s + limits.reset_timeout_s + 2 * limits.action_timeout_s
         try:
@@ -272,6 +282,10 @@ class _Rollout:
             episode.trajectory.metadata["infra_error"] = True
         except EngineDownError:
             raise
+        except PromptTooLongError as err:
+            step = len(episode.trajectory.steps)
+            reason = f"{err.tokens} tokens; the model takes fewer than {err.limit}"
+            self._end(episode, "error", f"{type(err).__name__}: the prompt of step {step} has {reason}")
         except _EngineFailed as failed:
             # Not the agent's doing: the retry and the labels treat it as the browser's failure.
             self._end(episode, "error", f"the engine failed on this episode's prompt: {failed}")
@@ -322,10 +336,10 @@ class _Rollout:
 
     async def _ask(self, prompt: str, seed: int | None) -> Completion:
         """The engine's completion of `prompt`; a failure of that call is raised as `_EngineFailed` (the engine's, not
-        the agent's), except `EngineDownError`, which stops the whole run."""
+        the agent's), except `EngineDownError`, which stops the whole run, and `PromptTooLongError`, the agent's."""
         try:
             return await self.batcher.request(prompt, seed)
-        except EngineDownError:
+        except (EngineDownError, PromptTooLongError):
             raise
         except Exception as err:
             raise _EngineFailed(err) from err

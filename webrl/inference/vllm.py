@@ -121,7 +121,8 @@ class VLLMEngine:
         """Complete `prompts`, sent to vLLM as the token ids training encodes them to (`prompt_token_ids`).
 
         A text prompt would be encoded by vLLM itself, with the tokenizer's BOS added in front of the one a chat
-        template already rendered.
+        template already rendered. A prompt of `max_model_len` tokens or more is a `PromptTooLongError`, raised
+        here before vLLM sees it, as the hf engine raises it, so that a rollout tells it from an engine failure.
         """
         llm = self._open_llm()
         from vllm import SamplingParams as VLLMSamplingParams
