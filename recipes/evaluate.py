@@ -46,12 +46,10 @@ from webrl.data.atomic_io import write_json_atomic, write_text_atomic
 from webrl.data.trajectory import Task
 from webrl.evaluation.identity import evaluation_identity, identity_tag
 from webrl.evaluation.outcomes import Baseline, load_baseline
-from webrl.evaluation.report import evaluation_statistics
 from webrl.evaluation.stats import require_same_tasks
 from webrl.inference.engine import build_engine
 from webrl.inference.rollout_metrics import rollout_counts
 from webrl.loop_config import WebRLConfig
-from webrl.metrics import errored, success_by_site
 from webrl.report import format_site_table
 from webrl.web_environment import WebEnvironment
 
@@ -63,7 +61,14 @@ HELP_KEYS = ("output_dir", "seed", "model.actor", "env", "rollout", "engines", "
 def evaluate_checkpoint(
     config: WebRLConfig, env: WebEnvironment, checkpoint: Path, name: str, baseline: Baseline | None = None
 ) -> dict[str, float]:
-    """Greedy episodes of `checkpoint` on `env.test_split`; prints and saves success per site and its statistics."""
+    """Greedy episodes of `checkpoint` on `env.test_split`; prints and saves success per site and its statistics.
+
+    `webrl.metrics` and `webrl.evaluation.report` import torch and transformers: imported here, they leave the
+    `--help` and `--print-config` of this recipe, and of those that import it (`recipes.sft`), quick.
+    """
+    from webrl.evaluation.report import evaluation_statistics
+    from webrl.metrics import errored, success_by_site
+
     tasks = env.suite(config.env.test_split, config.env.test_tasks, config.seed)
     if baseline is not None:
         require_baseline_tasks(tasks, baseline, config.env.test_split)

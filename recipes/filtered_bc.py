@@ -28,12 +28,10 @@ from webrl.baselines import phase_rollouts, successful, top_scored
 from webrl.cache_builds import DONE_MARKER, build_once, is_built
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import Trajectory, is_success
-from webrl.distributed import close_process_group
 from webrl.report import format_comparison
 from webrl.run_config import change_records
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState
-from webrl.starting_models import ensure_sft, train_sft
 from webrl.web_environment import WebEnvironment
 
 if TYPE_CHECKING:
@@ -44,8 +42,15 @@ INPUTS_KEY = "inputs"
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    """Train (or reuse) the Filtered BC actor, evaluate it and write the summary; {} on ranks other than 0."""
+    """Train (or reuse) the Filtered BC actor, evaluate it and write the summary; {} on ranks other than 0.
+
+    torch and Lightning (`webrl.distributed`, `webrl.starting_models`) are imported here and in `train_actor`, once
+    the config is read, so that `--help` and `--print-config` answer without seconds of imports they never use.
+    """
     config = recipe_config(argv, FilteredBCRunConfig, usage=__doc__, runs_phases=False)
+    from webrl.distributed import close_process_group
+    from webrl.starting_models import ensure_sft
+
     settings = config.filtered_bc
     rollouts, kept, threshold = filtered_rollouts(settings)
     out_dir = Path(config.output_dir)
@@ -113,6 +118,8 @@ def train_actor(
         return recorded == inputs if recorded is not None else not change_records(Path(config.output_dir))
 
     def train() -> None:
+        from webrl.starting_models import train_sft
+
         stage = config.filtered_bc.train
         train_sft(config, fabric, sft, trajectories, target, settings=stage, name="filtered_bc", inputs=inputs)
         if fabric.is_global_zero:

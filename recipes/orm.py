@@ -28,16 +28,22 @@ from webrl.data.atomic_io import write_json_atomic
 from webrl.data.labels import label_with_orm
 from webrl.data.trajectory import orm_accepts, write_trajectories
 from webrl.inference.engine import build_engine
-from webrl.metrics import agreement, success_by_site
-from webrl.modules.orm import orm_scorer
-from webrl.orm_data import format_counts
-from webrl.orm_threshold import ensure_orm_threshold
-from webrl.starting_models import ensure_orm, ensure_sft
 from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Train (or reuse) the ORM and its threshold, then judge it on the SFT actor's held-out rollouts.
+
+    torch, Lightning and transformers (the metrics, the ORM module, its data and the starting models) are imported
+    here, once the config is read, so that `--help` and `--print-config` answer without seconds of imports.
+    """
     config = recipe_config(argv, usage=__doc__, runs_phases=False)
+    from webrl.metrics import agreement, success_by_site
+    from webrl.modules.orm import orm_scorer
+    from webrl.orm_data import format_counts
+    from webrl.orm_threshold import ensure_orm_threshold
+    from webrl.starting_models import ensure_orm, ensure_sft
+
     out_dir = Path(config.output_dir) / "orm"
     # orm_eval.jsonl resumes by task id: another actor must not reuse its rollouts.
     fabric = launch_and_keep(out_dir, config)

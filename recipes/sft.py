@@ -14,13 +14,19 @@ import sys
 
 from recipes.evaluate import evaluate_checkpoint
 from recipes.webrl import launch_fabric, recipe_config
-from webrl.distributed import close_process_group
-from webrl.starting_models import ensure_sft
 from webrl.web_environment import WebEnvironment
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Build (or reuse) the SFT actor, then evaluate it on rank 0; {} on the other ranks.
+
+    torch and Lightning (`webrl.distributed`, `webrl.starting_models`) are imported here, once the config is read,
+    so that `--help` and `--print-config` answer in a second rather than after seconds of imports they never use.
+    """
     config = recipe_config(argv, usage=__doc__, runs_phases=False)
+    from webrl.distributed import close_process_group
+    from webrl.starting_models import ensure_sft
+
     fabric = launch_fabric(config)
     with WebEnvironment(config) as env:
         sft, demos = ensure_sft(config, fabric, env)

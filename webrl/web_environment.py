@@ -22,7 +22,6 @@ from typing import Any
 from webrl.data.prompts import actor_prompt_for_step, uses_chat_template
 from webrl.data.trajectory import Task, Trajectory, read_trajectories
 from webrl.env.browser import BrowserConfig, BrowserPool
-from webrl.env.judge import build_judge
 from webrl.env.limits import EpisodeLimits
 from webrl.env.login import StorageStates
 from webrl.env.observation import ObservationConfig
@@ -46,6 +45,8 @@ class WebEnvironment:
         self.backend: Any = None
 
     def __enter__(self) -> WebEnvironment:
+        from webrl.env.judge import build_judge  # imports openai (half a second), which --help never needs
+
         env = self.config.env
         judge = build_judge(env.judge_url, env.judge_model, env.judge_api_key_env)
         if env.suite == "embedded":

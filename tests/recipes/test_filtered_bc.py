@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import webrl.starting_models
 from recipes import filtered_bc
 from recipes import webrl as webrl_recipe
 from recipes.filtered_bc_config import FilteredBCRunConfig
@@ -64,8 +65,8 @@ class Recipe:
         self.argv = [f"output_dir={root / 'out'}", f"filtered_bc.source_run={source.root}"]
         monkeypatch.setattr(webrl_recipe, "launch_fabric", lambda config, loggers=None: self.fabric)
         monkeypatch.setattr(filtered_bc, "WebEnvironment", NoBrowser)
-        monkeypatch.setattr(filtered_bc, "ensure_sft", lambda config, fabric, env: (root / "sft", []))
-        monkeypatch.setattr(filtered_bc, "train_sft", self.train_sft)
+        monkeypatch.setattr(webrl.starting_models, "ensure_sft", lambda config, fabric, env: (root / "sft", []))
+        monkeypatch.setattr(webrl.starting_models, "train_sft", self.train_sft)
         monkeypatch.setattr(filtered_bc, "evaluate_checkpoint", self.evaluate_checkpoint)
 
     def train_sft(self, config, fabric, base, trajectories, target, **kwargs) -> dict[str, float]:

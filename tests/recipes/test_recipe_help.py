@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import yaml
 
 from recipes import evaluate, webrl
 from recipes.webrl import recipe_config
 from webrl.config import config_to_dict
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = ("webrl", "sft", "orm", "evaluate", "filtered_bc", "compare", "report", "branch")
+CONFIG_RECIPES = ("webrl", "sft", "orm", "evaluate", "filtered_bc")
+"""The recipes that read their config through `recipe_config`, and so answer `--print-config` too."""
+HEAVY = ("torch", "lightning", "transformers", "peft")
+"""What training loads; torch alone takes seconds to import, which `--help` should not wait for."""
+PROBE = """
+import contextlib, io, json, runpy, sys
+module, flag = sys.argv[1:]
+sys.argv = [module, flag]
+out = io.StringIO()
+code = None
+with contextlib.redirect_stdout(out):
+    try:
+        runpy.run_module(module, run_name="__main__")
+    except SystemExit as exit:
+        code = exit.code
+print(json.dumps({"code": code, "printed": bool(out.getvalue().strip()), "loaded": sorted(sys.modules)}))
+"""
 
 
 def _help_text(recipe, argv, capsys) -> str:
@@ -35,6 +60,26 @@ def test_evaluate_help_is_its_own(capsys):
     text = _help_text(evaluate, [], capsys)
     assert "--baseline PATH" in text and "model.actor = ''" in text and "env.test_split = 'test'" in text
     assert "actor.train.lr" not in text and "phases =" not in text
+
+
+@pytest.mark.parametrize(
+    ("recipe", "flag"),
+    [*((recipe, "--help") for recipe in RECIPES), *((recipe, "--print-config") for recipe in CONFIG_RECIPES)],
+)
+def test_help_and_print_config_load_no_model_library(recipe, flag):
+    """In a fresh process, as a user runs it: an import in a test process would find torch loaded by other tests."""
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE, f"recipes.{recipe}", flag],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    answer = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert answer["code"] in (0, None) and answer["printed"], answer["code"]
+    heavy = [name for name in HEAVY if name in answer["loaded"]]
+    assert not heavy, f"recipes.{recipe} {flag} imported {', '.join(heavy)}"
 
 
 def test_print_config_prints_the_resolved_yaml_which_loads_back(tmp_path, capsys):

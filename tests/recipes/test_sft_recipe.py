@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from test_filtered_bc import NoBrowser, StubFabric
 
+import webrl.starting_models
 from recipes import sft as sft_recipe
 
 
@@ -17,7 +18,7 @@ def test_with_several_ranks_rank_0_alone_evaluates(tmp_path, monkeypatch, rank, 
     fabric = StubFabric(rank=rank, world_size=2)
     monkeypatch.setattr(sft_recipe, "launch_fabric", lambda config, loggers=None: fabric)
     monkeypatch.setattr(sft_recipe, "WebEnvironment", NoBrowser)
-    monkeypatch.setattr(sft_recipe, "ensure_sft", lambda config, fabric, env: (tmp_path / "sft", []))
+    monkeypatch.setattr(webrl.starting_models, "ensure_sft", lambda config, fabric, env: (tmp_path / "sft", []))
 
     def evaluate_checkpoint(config, env, target, name):
         evaluated.append(fabric.global_rank)
