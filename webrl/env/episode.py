@@ -11,7 +11,8 @@ The agent is told in words where the allowlist stopped it: a navigation to a hos
 sites leaves the page where it was, and the next observation starts with
 `blocked: URL is outside this task's sites`. A tab the page opens (target=_blank, window.open) on the
 task's sites is followed, and the tab it came from stays open as history: Go Backward from the new
-tab's first page returns to it (closing the new tab). A tab opened outside the sites is closed.
+tab's first page returns to it (closing the new tab), and so does a followed tab the page closes itself
+(window.close()). A tab opened outside the sites is closed.
 When the browser or the site fails (not the agent), the trajectory's metadata says so
 (`infra_error`), so that a rollout can retry the task and keep the failure out of the labels.
 """
@@ -140,6 +141,10 @@ class Episode:
             error = await execute_action(self.page, action, self.limits.action_timeout_s, self.limits.wait_action_s)
         except asyncio.TimeoutError:
             return f"{action.name} timed out after {self.limits.action_timeout_s:g}s"
+        except PageGoneError:
+            if not self._back_to_opener():
+                raise
+            return None
         if self._opened:
             # The action opened a tab (target=_blank, window.open): the agent has no tab actions,
             # so it follows the newest tab, as a person would, if that tab shows a page of the site.
@@ -166,6 +171,12 @@ class Episode:
             if not self.guard.refused_a_navigation:
                 return error or f"the page left the task's sites ({left[:100]}); went back"
         return error
+
+    def _back_to_opener(self) -> bool:
+        """If the page closed the followed tab the agent is in, go back to the tab that opened it (`_opener_tab`)."""
+        opener = _opener_tab(self.page, self._history_tabs)
+        self.page = opener or self.page
+        return opener is not None
 
     async def step(self, response: str, prompt: str = "") -> StepResult:
         """Parse `response`, act, observe, record the step; return what the agent sees next."""
@@ -214,6 +225,7 @@ class Episode:
                 error = await self._act(action)
             timings["act"] = time.perf_counter() - start
             start = time.perf_counter()
+            self._back_to_opener()
             await self._observe()
             timings["observe"] = time.perf_counter() - start
             notice = self.guard.notice()
@@ -291,6 +303,21 @@ class Episode:
         if not self.done:
             self._end("error", "episode closed before it ended")
         await self._holder.release()
+
+
+def _opener_tab(page: Any, history_tabs: list[Any]) -> Any | None:
+    """The tab to go on in when the page closed the followed tab `page` (window.close()); None if there is none.
+
+    The agent's tab closing is the site's doing, not the browser failing: the tab it came from is still there,
+    as after Go Backward from the followed tab's first page. None when the page is open, the browser died, or
+    no tab that opened it is left (the first tab closed).
+    """
+    browser = page.context.browser
+    if not page.is_closed() or not browser or not browser.is_connected():
+        return None
+    while page.is_closed() and history_tabs:
+        page = history_tabs.pop()
+    return None if page.is_closed() else page
 
 
 def _describe(err: BaseException) -> str:

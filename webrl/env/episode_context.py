@@ -11,6 +11,8 @@ episodes removes everything a page can leave behind for the next one:
 - the tab's document, its timers and its sessionStorage: scripts are stopped first, so nothing
   writes after the wipe, the sessionStorage of the tab's origin and `window.name` are emptied (one
   script in the stopped document), and the tab goes to about:blank;
+- the mouse pointer: moved off the page (a fresh context's was never on it), since the next start page would
+  otherwise open (`:hover`) whatever menu lies under the spot where the last episode left it;
 - cookies, permissions, and for every allowed origin localStorage, IndexedDB, Cache Storage,
   service workers and the rest of `Storage.clearDataForOrigin`'s "all"; the HTTP cache;
 - history: the next episode's start page becomes the tab's only entry (`Page.resetNavigationHistory`).
@@ -134,7 +136,8 @@ class ReusedContext:
         return True
 
     async def _clear_tabs(self) -> bool:
-        """Close the other tabs; stop the tab's scripts, clear its sessionStorage and name, leave it on about:blank.
+        """Close the other tabs; stop the tab's scripts, clear its sessionStorage and name, leave it on about:blank
+        with the pointer off the page.
 
         False when the tab's document would not clear its sessionStorage (a sandboxed one has none to reach).
         """
@@ -148,6 +151,7 @@ class ReusedContext:
         if "exceptionDetails" in cleared:
             return False
         await self.page.goto("about:blank")
+        await self.page.mouse.move(-1, -1)
         await self._cdp.send("Emulation.setScriptExecutionDisabled", {"value": False})
         return True
 

@@ -7,7 +7,8 @@ from, not a crash. Only a page or browser that is gone raises (`PageGoneError`),
 episode cannot go on.
 
 Unlike the release, there is no fixed 3 s sleep after each action. An action that may navigate
-(Click, Press Enter, Search, Go Backward/Forward) is followed by one round trip through the page's
+(Click, Press Enter, Search, Type, whose last character is a real keystroke and a newline there is
+Enter, Go Backward/Forward) is followed by one round trip through the page's
 task queue, which reports whether the document started leaving (the Navigation API's `navigate`
 event, recorded by NAVIGATION_FLAG_JS in every document); if it did, the action waits until the new
 document commits (or the navigation ends without one, a 204), then for its DOMContentLoaded. So a
@@ -52,7 +53,7 @@ _LEAVING_JS = """
   done(leaving);
 }, 0))
 """
-_MAY_NAVIGATE = frozenset({"click", "press_enter", "search", "go_backward", "go_forward"})
+_MAY_NAVIGATE = frozenset({"click", "press_enter", "search", "type", "go_backward", "go_forward"})
 NO_EARLIER_PAGE = "there is no earlier page in this tab's history"
 
 # One plain evaluate per element action (no Playwright selector engine, whose injected script
@@ -61,9 +62,11 @@ NO_EARLIER_PAGE = "there is no earlier page in this tab's history"
 # which clears sticky headers), and for a <select>, which option matches the wanted text (exact
 # text, then value, then case-insensitive), so a missing option is an immediate error instead of
 # select_option waiting for its timeout. For a Type or Search into a plain text field (`fill`), it
-# also does what Playwright's fill does there: select the field's text and focus it (`typing`).
+# also does what Playwright's fill does there: select the field's text and focus it (`typing`). For a
+# Click on a link that opens a tab, it records the click event (`__webrlClick`), so that a click the
+# page handles itself is not waited on for a tab.
 _INSPECT_JS = """
-({selector, wanted, reach, fill}) => {
+({selector, wanted, reach, click, fill}) => {
   const WHOLE_VALUE_TYPES = new Set(["color", "date", "datetime-local", "month", "range", "time", "week"]);
   // The fields Playwright's fill types into (input of these types, textarea) once they are visible, enabled,
   // editable and not inert, as it checks them. Anything else (a contenteditable, a number or date input, a
@@ -80,6 +83,9 @@ _INSPECT_JS = """
   if (!el) return null;
   const link = el.closest("a[href]");
   const info = {opensTab: !!link && link.target === "_blank", isSelect: el.localName === "select", option: -1};
+  if (click && info.opensTab) {
+    addEventListener("click", (event) => { window.__webrlClick = event; }, {capture: true, once: true});
+  }
   // What Playwright's fill and select_option would wait on until their timeout: a disabled or read-only field.
   info.disabled = el.matches(":disabled") || (!reach && el.closest('[aria-disabled="true"]') !== null);
   info.readOnly = fill && (el.readOnly === true || el.getAttribute("aria-readonly") === "true");
@@ -152,6 +158,16 @@ _FOCUS_JS = """
     } catch (err) {}
   }
   return true;
+}
+"""
+
+
+# After a Click on a link that opens a tab: whether the page prevented the click's default (no tab opens then).
+_CLICK_PREVENTED_JS = """
+() => {
+  const event = window.__webrlClick;
+  delete window.__webrlClick;
+  return event !== undefined && event.defaultPrevented;
 }
 """
 
@@ -252,11 +268,35 @@ async def _reach(page: Any, name: str, info: dict, timeout_ms: float) -> None:
     if name == "hover":
         await page.mouse.move(x, y)
     elif info["opensTab"]:
-        # Wait for the new tab to exist, so the episode can follow it before observing.
-        async with page.context.expect_page(timeout=timeout_ms):
-            await page.mouse.click(x, y)
+        await _click_opening_tab(page, x, y, timeout_ms)
     else:
         await page.mouse.click(x, y)
+
+
+async def _click_opening_tab(page: Any, x: float, y: float, timeout_ms: float) -> None:
+    """Click a link that opens a tab, and wait for the tab to exist, so the episode can follow it before observing.
+
+    A page that handles the click itself (preventDefault: a script's menu, an in-page route) opens no tab;
+    waiting for one would cost the whole timeout and report a click that worked as failed.
+    """
+    opened = asyncio.Event()
+
+    def on_page(_: Any) -> None:
+        opened.set()
+
+    page.context.on("page", on_page)
+    try:
+        await page.mouse.click(x, y)
+        try:
+            prevented = await page.evaluate(_CLICK_PREVENTED_JS)
+        except PlaywrightError as err:
+            if not is_context_lost(err):
+                raise
+            prevented = True  # the click navigated this tab: what the agent sees next is there
+        if not prevented:
+            await asyncio.wait_for(opened.wait(), timeout=timeout_ms / 1000)
+    finally:
+        page.context.remove_listener("page", on_page)
 
 
 async def _replace_text(page: Any, locator: Any, selector: str, text: str, info: dict, timeout_ms: float) -> None:
@@ -326,7 +366,7 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
     wanted = action.argument if name == "select" else None
     reach = name in ("click", "hover")
     fill = name in ("type", "search")
-    arg = {"selector": selector, "wanted": wanted, "reach": reach, "fill": fill}
+    arg = {"selector": selector, "wanted": wanted, "reach": reach, "click": name == "click", "fill": fill}
     info = await evaluate_settled(page, _INSPECT_JS, arg)
     if info is None:
         return f"element {action.element} is not in the page (use an id from the current observation)"
