@@ -46,13 +46,15 @@ from webrl.data.trajectory import Task, Trajectory, sampled_copies, write_trajec
 from webrl.engine_link import EngineLink
 from webrl.inference.engine import InferenceEngine
 from webrl.inference.rollout_metrics import rollout_counts
-from webrl.loop_config import WebRLConfig
+from webrl.loop_config import RolloutConfig, WebRLConfig
 from webrl.metrics import agreement, errored, infra_errors, success_by_site
 from webrl.modules.orm import orm_scorer
 from webrl.phase_record import close_phase, finish_stage, shared_state
 from webrl.phase_training import critic_scorer, filter_replay, sample_by_steps, train_actor, train_critic
+from webrl.run_config import effective_config
 from webrl.run_layout import RunLayout
 from webrl.run_state import seed_everything_for, stage_seed
+from webrl.stage_attempts import StageAttempt
 from webrl.web_environment import WebEnvironment
 
 GENERATING_STAGES = ("rollouts", "sync", "evaluate")
@@ -114,9 +116,7 @@ class PhaseLoop:
                 seed_everything_for(self.config.seed, phase, stage)
                 self.engine_link.set_awake(stage in GENERATING_STAGES)
                 self.fabric.print(f"[phase {phase}] {stage}")
-                started = time.perf_counter()
-                metrics = run_stage(phase) or {}
-                metrics[f"time/{stage}_s"] = time.perf_counter() - started
+                metrics = StageAttempt(self.layout, phase, stage, keep=self.fabric.is_global_zero).run(run_stage)
                 self._finish_stage(phase, stage, metrics)
             self._checkpoint(phase)
         return self.state.history
@@ -188,8 +188,9 @@ class PhaseLoop:
         return {f"rollout/{k.split('/', 1)[-1]}": v for k, v in metrics.items()}
 
     def _rollout_ids(self, phase: int) -> set[str]:
-        """The episodes the phase's rollouts are: each task's `rollout.samples_per_task` copies."""
-        return {task.task_id for task in sampled_copies(self.layout.tasks(phase), self.config.rollout.samples_per_task)}
+        """The episodes the phase's rollouts ran: each task's copies, as many as `_samples_per_task_ran` says."""
+        samples = _samples_per_task_ran(self.layout.root, phase, self.config)
+        return {task.task_id for task in sampled_copies(self.layout.tasks(phase), samples)}
 
     def _labels(self, phase: int) -> dict[str, float]:
         rollouts = self.layout.rollouts(phase, self._rollout_ids(phase))
@@ -308,3 +309,18 @@ class PhaseLoop:
         """Close the phase: its record to W&B, phases.csv and run_state.json (`webrl.phase_record.close_phase`)."""
         sample_trajectories = self.config.tracking.sample_trajectories
         self.state = close_phase(self.fabric, self.state, self.layout, phase, sample_trajectories)
+
+
+def _samples_per_task_ran(run_dir: Path, phase: int, config: WebRLConfig) -> int:
+    """`rollout.samples_per_task` as phase `phase`'s rollouts stage ran it.
+
+    A relaunch may change the key after that stage (`resume.allow_changes`), and the readers of the rollouts (the
+    labels) must take the copies that ran, not those the new value would have run. The run's settings in force at
+    the stage (`effective_config`: config.json and the changes accepted before the stage) say which, a key config.json
+    lacks at its default; `config`, the loop's own, stands in for a run directory without config.json (a loop
+    driven without a recipe).
+    """
+    settings = effective_config(run_dir, (phase, "rollouts"))
+    if settings is None:
+        return config.rollout.samples_per_task
+    return settings.get("rollout", {}).get("samples_per_task", RolloutConfig.samples_per_task)

@@ -17,17 +17,23 @@ from webrl.data.atomic_io import fault_point, write_json_atomic
 from webrl.run_layout import RunLayout
 from webrl.run_report import write_run_report
 from webrl.run_state import PHASE_STEPS, RunState
+from webrl.stage_attempts import attempts_path
 from webrl.tracking import log_phase_views, write_phase_row
 
 
 def finish_stage(
     fabric: Fabric, state: RunState, layout: RunLayout, phase: int, stage: str, metrics: dict[str, float]
 ) -> RunState:
-    """Save the stage's metrics, then mark it done (rank 0), then let every rank see the new state."""
+    """Save the stage's metrics, then mark it done (rank 0), then let every rank see the new state.
+
+    The record of the stage's attempts (`webrl.stage_attempts`) goes once the stage is marked: a stage done is never
+    run again, and its metrics hold what the record said.
+    """
     if fabric.is_global_zero:
         write_json_atomic(layout.metrics_path(phase, stage), metrics)
         fault_point(f"stage:{phase}:{stage}:written")
         state.mark(phase, stage, layout.state_path)
+        attempts_path(layout, phase, stage).unlink(missing_ok=True)
         fault_point(f"stage:{phase}:{stage}:marked")
     return shared_state(fabric, layout)
 

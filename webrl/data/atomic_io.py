@@ -6,7 +6,8 @@ the target, and then the directory itself is fsynced (and the parent of any dire
 so that after a crash or a power loss a reader finds the old file or the new one, never a mix, and a file
 renamed into place stays there. Appended JSONL files (rollouts, one fsynced line per episode) can still
 end in a torn line; `read_jsonl` drops it, undecodable bytes included (a multibyte character cut in
-half), warns and says how many lines it dropped.
+half), warns and says how many lines it dropped, and an appender cuts it first (`repair_jsonl_tail`,
+`append_jsonl_line`).
 
 The module sits in `webrl.data`, the lowest layer, because the records are written there; it imports
 nothing of webrl and not torch (`webrl.env` runs without torch): a torch state goes through
@@ -208,12 +209,51 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[tuple[int, Any]], int]:
     return records, 0
 
 
+def repair_jsonl_tail(path: Path) -> None:
+    """End a JSONL file on a newline before appending to it: complete a whole last record, cut a torn one.
+
+    Whether the tail is torn is `is_torn_tail`'s answer, the one `read_jsonl` gives, so a record the reader counts
+    as written is kept here too.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as handle:
+        data = handle.read()
+        if data.endswith(b"\n"):
+            return
+        keep = data.rfind(b"\n") + 1
+        if is_torn_tail(data[keep:]):
+            warnings.warn(
+                f"{path}: dropping a torn last line ({len(data) - keep} bytes) left by an interrupted write",
+                stacklevel=2,
+            )
+            handle.truncate(keep)
+        else:
+            handle.write(b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def append_jsonl_line(path: Path, record: dict[str, Any]) -> None:
+    """Append `record` as one fsynced line (its folder and a new file's entry fsynced too), after `repair_jsonl_tail`:
+    a crash loses at most the line being written, which readers then drop as torn."""
+    make_dirs(path.parent)
+    created = not path.exists()
+    repair_jsonl_tail(path)
+    with path.open("ab") as handle:
+        handle.write((json.dumps(record) + "\n").encode("utf-8"))
+        handle.flush()
+        os.fsync(handle.fileno())
+    if created:
+        fsync_dir(path.parent)
+
+
 def is_torn_tail(tail: bytes) -> bool:
     """Whether the bytes after a JSONL file's last newline are a torn line that readers and appenders drop.
 
     A tail that decodes as a whole JSON object is not torn: the crash came after the record and before its
-    newline, so the record is kept. `read_jsonl` and `webrl.data.trajectory.TrajectoryWriter` both ask here,
-    so that a resumed rollout never deletes an episode its resume logic has counted as finished.
+    newline, so the record is kept. `read_jsonl` and `repair_jsonl_tail` (the appenders') both ask here, so
+    that a resumed rollout never deletes an episode its resume logic has counted as finished.
     """
     if not tail.strip():
         return False

@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 import os
 import uuid
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from webrl.data.atomic_io import JsonlError, fsync_dir, is_torn_tail, make_dirs, read_jsonl, write_jsonl_atomic
+from webrl.data.atomic_io import JsonlError, fsync_dir, make_dirs, read_jsonl, repair_jsonl_tail, write_jsonl_atomic
 
 SCHEMA_VERSION = 1
 
@@ -271,7 +270,7 @@ class TrajectoryWriter:
     def __init__(self, path: str | os.PathLike, fsync: bool = True) -> None:
         self.path = Path(path)
         make_dirs(self.path.parent)
-        _repair_tail(self.path)
+        repair_jsonl_tail(self.path)
         created = not self.path.exists()
         self._file = self.path.open("a", encoding="utf-8")
         self._fsync = fsync
@@ -292,31 +291,6 @@ class TrajectoryWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _repair_tail(path: Path) -> None:
-    """End the file on a newline before appending: complete a whole last record, cut a torn one.
-
-    Whether the tail is torn is `is_torn_tail`'s answer, the one `read_jsonl` gives, so an episode the
-    reader counts as finished is kept here too.
-    """
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with path.open("rb+") as handle:
-        data = handle.read()
-        if data.endswith(b"\n"):
-            return
-        keep = data.rfind(b"\n") + 1
-        if is_torn_tail(data[keep:]):
-            warnings.warn(
-                f"{path}: dropping a torn last line ({len(data) - keep} bytes) left by an interrupted write",
-                stacklevel=2,
-            )
-            handle.truncate(keep)
-        else:
-            handle.write(b"\n")
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def iter_trajectories(path: str | os.PathLike) -> Iterator[Trajectory]:

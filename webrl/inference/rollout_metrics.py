@@ -84,11 +84,9 @@ def rollout_metrics(
     buckets = clock.buckets
     engine_busy = buckets["engine_only"] + buckets["both"]
     browser_busy = buckets["browser_only"] + buckets["both"]
-    steps = sum(len(t.steps) for t in trajectories)
+    counts = rollout_counts(trajectories)
     metrics: dict[str, float] = {
-        "rollout/wall_s": wall,
-        "rollout/episodes_per_min": 60.0 * len(trajectories) / wall if wall > 0 else 0.0,
-        "rollout/steps_per_s": steps / wall if wall > 0 else 0.0,
+        **rollout_rates(counts, wall),
         "rollout/generated_tokens": generated_tokens,
         "rollout/gen_tokens_per_s": generated_tokens / engine_busy if engine_busy > 0 else 0.0,
         "rollout/engine_calls": clock.engine_calls,
@@ -105,7 +103,22 @@ def rollout_metrics(
         "rollout/engine_busy_frac": engine_busy / wall if wall > 0 else 0.0,
         "rollout/browser_only_frac": buckets["browser_only"] / wall if wall > 0 else 0.0,
     }
-    return {**metrics, **rollout_counts(trajectories)}
+    return {**metrics, **counts}
+
+
+def rollout_rates(counts: dict[str, float], wall_s: float) -> dict[str, float]:
+    """`rollout/wall_s`, and the episodes per minute and steps per second of `counts` (`rollout_counts`) over it.
+
+    One formula for a rollout run (`rollout_metrics`) and for a whole rollouts stage, which
+    `webrl.stage_attempts` rates over every episode on disk and the rollout time of every attempt: a stage resumed
+    after a crash ran its episodes in more than one launch, and the figures of the last launch alone describe only
+    the episodes it ran.
+    """
+    return {
+        "rollout/wall_s": wall_s,
+        "rollout/episodes_per_min": 60.0 * counts["rollout/episodes"] / wall_s if wall_s > 0 else 0.0,
+        "rollout/steps_per_s": counts["rollout/steps"] / wall_s if wall_s > 0 else 0.0,
+    }
 
 
 def rollout_counts(trajectories: list[Trajectory]) -> dict[str, float]:
