@@ -14,7 +14,10 @@ The state is written through `fabric.save` (any strategy: FSDP saves shards) int
 the last one in one rename (`publish_dir`), beside a `meta.json` of the stage's shape and of the settings
 its result depends on (`StageCheckpoint.inputs`); a checkpoint of a stage with another shape (other settings,
 data or world size) or other inputs is set aside with a line that names them, and the stage starts over, so
-that no stage trains half under one config and half under another.
+that no stage trains half under one config and half under another. So is a state saved in shards (`fsdp`,
+`model_parallel`) found by a launch whose strategy reads only a whole one (one device, `ddp`): Fabric would
+open the shards' folder as a file, and every relaunch stopped on an `IsADirectoryError` naming no setting (the
+SFT and ORM caches are keyed by the world size, not the strategy). A whole state loads under any strategy.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 import torch
 from lightning.fabric import Fabric
+from lightning.fabric.strategies import FSDPStrategy, ModelParallelStrategy
 
 from webrl.config_checks import flatten
 from webrl.data.atomic_io import fault_point, moved_aside, publish_dir, write_json_atomic
@@ -40,6 +44,8 @@ STATE_NAME = "state.ckpt"
 META_NAME = "meta.json"
 PRECISION_KEY = "precision"
 """The key of the precision plugin's state (its gradient scaler's, under `16-mixed`) in the saved state."""
+SHARDED_STRATEGIES = (FSDPStrategy, ModelParallelStrategy)
+"""Strategies that save a stage's state in shards (a folder) and read it back."""
 
 
 @dataclass
@@ -139,6 +145,12 @@ class StageCheckpoint:
             fabric.print(
                 f"{meta['name']}: the checkpoint at {self.path} is of another stage ({', '.join(differing)}"
                 + " differ); starting the stage over"
+            )
+            return None
+        if (folder / STATE_NAME).is_dir() and not isinstance(fabric.strategy, SHARDED_STRATEGIES):
+            fabric.print(
+                f"{meta['name']}: the checkpoint at {self.path} was saved in shards (fabric.strategy fsdp or "
+                f"model_parallel), which {type(fabric.strategy).__name__} cannot read; starting the stage over"
             )
             return None
         state = {"module": module, "optimizer": optimizer}
