@@ -15,6 +15,8 @@ STRATEGIES = ("auto", "ddp", "fsdp", "model_parallel")
 ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "32", "bf16", "16", "64")
 """Lightning's precision strings (its short aliases included) that these runs can use, and `auto`."""
+PRECISION_ALIASES = {"32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "64": "64-true"}
+"""What Lightning runs for each short alias: `bf16` and `16` are mixed precisions (fp32 weights), not `-true`."""
 
 
 @dataclass

@@ -6,8 +6,9 @@ each rank's bytes follow from the sharding, the precision, the optimizer and the
 `bench/memory_plan.py` prints the table for a config; what each row assumes:
 
 - parameters, gradients, AdamW's two moments: the master dtype (fp32 under `32-true`, `bf16-mixed`,
-  `16-mixed`; bf16 or fp16 under the `-true` low precisions), FULL_SHARD over every rank of every
-  node under `fsdp`/`model_parallel`, whole on each rank otherwise;
+  `16-mixed`; bf16 or fp16 under the `-true` low precisions; a short alias as Lightning reads it, so
+  `bf16` is `bf16-mixed`), FULL_SHARD over every rank of every node under `fsdp`/`model_parallel`,
+  whole on each rank otherwise;
 - the actor stage also holds pi_ref, a frozen copy of the policy sharded like it (`ActorModule`'s
   registered reference); the critic stage holds neither pi_ref nor an LM head (its trunk and two MLP heads);
 - gathered units (sharded strategies, a single rank too: FSDP2 gathers into buffers of its own): no
@@ -45,6 +46,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from webrl.fabric_config import PRECISION_ALIASES
+
 GIB = 2**30
 RUNTIME_RESERVE = 3 * GIB
 """Per process: CUDA context (~0.5 GiB), NCCL buffers and allocator fragmentation (an assumption)."""
@@ -59,8 +62,10 @@ BACKWARD_BUFFER_BYTES = 8
 MIXED_PRECISIONS = ("bf16-mixed", "16-mixed")
 LOGIT_BYTES = 2 + 4 + 4
 """Per action position and vocabulary entry: bf16 logits, their fp32 copy, the fp32 log-softmax."""
-MASTER_BYTES = {"32-true": 4, "32": 4, "bf16-mixed": 4, "16-mixed": 4, "bf16-true": 2, "bf16": 2, "16-true": 2}
+MASTER_BYTES = {"32-true": 4, "bf16-mixed": 4, "16-mixed": 4, "bf16-true": 2, "16-true": 2, "64-true": 8}
 """Bytes of a stored parameter (and of its gradient and each AdamW moment) under each precision."""
+COMPUTE_BYTES = {"32-true": 4, "64-true": 8}
+"""Bytes of an activation under the precisions that compute in full width; the others compute in 2."""
 SHARDED_STRATEGIES = ("fsdp", "model_parallel")
 
 PUBLISHED_SHAPES: dict[str, dict[str, Any]] = {
@@ -213,9 +218,11 @@ class MemoryPlan:
         batch = self.actor_batch if actor else self.critic_batch
         sharded = self.strategy in SHARDED_STRATEGIES
         shards = self.ranks if sharded else 1
-        master = MASTER_BYTES.get(self.precision, 4)
-        compute = 4 if self.precision in ("32-true", "32") else 2
-        mixed = self.precision in MIXED_PRECISIONS
+        # Lightning runs `bf16` as bf16-mixed (fp32 weights, bf16 casts) and `16` as 16-mixed, never as `-true`.
+        precision = PRECISION_ALIASES.get(self.precision, self.precision)
+        master = MASTER_BYTES.get(precision, 4)
+        compute = COMPUTE_BYTES.get(precision, 2)
+        mixed = precision in MIXED_PRECISIONS
         per_token_layer = (
             ACTIVATION_UNITS["hidden"] * counts.hidden
             + ACTIVATION_UNITS["kv"] * counts.kv_dim
