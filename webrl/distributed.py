@@ -16,7 +16,7 @@ from lightning.fabric import Fabric
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
 from webrl.config_checks import require
-from webrl.fabric_config import FabricConfig
+from webrl.fabric_config import PRECISION_ALIASES, FabricConfig
 
 
 def shard_with_fully_shard(module: torch.nn.Module, device_mesh: Any) -> torch.nn.Module:
@@ -44,7 +44,13 @@ def shard_with_fully_shard(module: torch.nn.Module, device_mesh: Any) -> torch.n
 
 
 def build_fabric(config: FabricConfig, loggers: list[Any] | None = None) -> Fabric:
-    """A Fabric for `config`; call `fabric.launch()` before using it."""
+    """A Fabric for `config`; call `fabric.launch()` before using it.
+
+    A Fabric that would run another precision than the config names is refused: Lightning turns `16-mixed` into
+    `bf16-mixed` on a CPU with a warning only, and `FabricConfig.validate` can refuse that only where the config
+    says `cpu`; with `accelerator=auto` on a machine without a GPU, config.json and the cache keys said fp16 while
+    every stage trained in bf16.
+    """
     config.validate()
     check_launcher(config)
     strategy: Any = config.strategy
@@ -60,14 +66,25 @@ def build_fabric(config: FabricConfig, loggers: list[Any] | None = None) -> Fabr
         from lightning.fabric.strategies import FSDPStrategy
 
         strategy = FSDPStrategy(auto_wrap_policy=_decoder_layer_classes, state_dict_type="sharded")
-    return Fabric(
+    precision = config.concrete_precision()
+    fabric = Fabric(
         accelerator=config.accelerator,
         strategy=strategy,
         devices=config.devices,
         num_nodes=config.num_nodes,
-        precision=config.concrete_precision(),
+        precision=precision,
         loggers=loggers,
     )
+    runs = fabric.strategy.precision.precision
+    require(
+        runs == PRECISION_ALIASES.get(precision, precision),
+        "fabric.precision",
+        config.precision,
+        f"Lightning would run {runs} instead on this machine's {fabric.device.type}, which config.json and the cache "
+        "keys would not say; set fabric.accelerator=cuda where a GPU is meant, or a precision that this device runs "
+        "(on CPU: bf16-mixed, 32-true or auto)",
+    )
+    return fabric
 
 
 def _launcher() -> TorchElasticEnvironment | SLURMEnvironment | None:
