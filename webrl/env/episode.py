@@ -12,7 +12,13 @@ sites leaves the page where it was, and the next observation starts with
 `blocked: URL is outside this task's sites`. A tab the page opens (target=_blank, window.open) on the
 task's sites is followed, and the tab it came from stays open as history: Go Backward from the new
 tab's first page returns to it (closing the new tab), and so does a followed tab the page closes itself
-(window.close()). A tab opened outside the sites is closed.
+(window.close()). A tab opened outside the sites is closed. A page that closes the episode's last tab (Chromium
+lets window.close() close a tab whose history has one entry) ends the episode as "error", the page's or the
+agent's doing, not the browser's.
+
+Native dialogs are answered as a person who meant the click would (webrl.env.dialogs: `alert` and `confirm`
+accepted, `prompt` dismissed), and the next observation starts with what the page asked
+(`the page asked "Delete?"; accepted`).
 When the browser or the site fails (not the agent), the trajectory's metadata says so
 (`infra_error`), so that a rollout can retry the task and keep the failure out of the labels.
 """
@@ -29,6 +35,7 @@ from playwright.async_api import Error as PlaywrightError
 from webrl.data.trajectory import Step, Task, Trajectory
 from webrl.env.actions import Action, ActionParseError, parse_action
 from webrl.env.backend import SiteBackend
+from webrl.env.dialogs import DialogAnswerer
 from webrl.env.evaluators import EvalResult, EvaluatorSiteError
 from webrl.env.executor import NO_EARLIER_PAGE, PageGoneError, execute_action
 from webrl.env.limits import EpisodeLimits, LimitTracker
@@ -38,6 +45,8 @@ from webrl.env.site_guard import SiteGuard
 if TYPE_CHECKING:
     from webrl.env.episode_context import FreshContext, ReusedContext
 
+_TAB_CLOSED = "the page closed its tab during step {step} (window.close()), and the episode has no other tab"
+"""Why an episode ended whose page closed its last tab: the page's or the agent's doing, not the browser's."""
 # Errors that mean "the browser side failed", as opposed to bugs in webrl or a backend.
 _BROWSER_ERRORS = (PlaywrightError, PageGoneError, asyncio.TimeoutError, OSError)
 
@@ -74,6 +83,7 @@ class Episode:
         self.observation_config = observation or ObservationConfig()
         self.trajectory = Trajectory(task=self.task)
         self.guard = SiteGuard(backend.allowed_origins(self.task), self.trajectory.metadata)
+        self.dialogs = DialogAnswerer(self.trajectory.metadata)
         self.page: Any = None
         self._opened: list[Any] = []
         self._history_tabs: list[Any] = []
@@ -97,9 +107,9 @@ class Episode:
         self.trajectory.metadata["duration_s"] = round(self._tracker.elapsed_s, 3)
 
     async def _observe(self) -> Observation:
-        self._observation = await asyncio.wait_for(
-            observe(self.page, self.observation_config), timeout=self.limits.action_timeout_s
-        )
+        """Observe the page; a dialog answered since the last observation is told at its top (webrl.env.dialogs)."""
+        observed = await asyncio.wait_for(observe(self.page, self.observation_config), self.limits.action_timeout_s)
+        self._observation = _told(observed, self.dialogs.notice())
         return self._observation
 
     async def reset(self) -> Observation:
@@ -113,7 +123,7 @@ class Episode:
         self._tracker.start()
         try:
             self.page = await self._holder.open_page(self)
-            self._set_timeouts(self.page)
+            _set_timeouts(self.page, self.limits)
             await asyncio.wait_for(self.backend.start(self.page, self.task), timeout=self.limits.reset_timeout_s)
             await self._holder.started(self._on_new_tab)
             return await self._observe()
@@ -128,10 +138,6 @@ class Episode:
                 self.trajectory.metadata["infra_error"] = True
             self._end("error", f"reset failed: {reason}")
             return self._observation
-
-    def _set_timeouts(self, page: Any) -> None:
-        page.set_default_timeout(self.limits.action_timeout_s * 1000)
-        page.set_default_navigation_timeout(self.limits.reset_timeout_s * 1000)
 
     def _on_new_tab(self, page: Any) -> None:
         self._opened.append(page)
@@ -150,7 +156,7 @@ class Episode:
             # so it follows the newest tab, as a person would, if that tab shows a page of the site.
             tab = self._opened[-1]
             self._opened.clear()
-            self._set_timeouts(tab)
+            _set_timeouts(tab, self.limits)
             await tab.wait_for_load_state("domcontentloaded")
             if not self.guard.on_site(tab.url):
                 await tab.close()
@@ -230,15 +236,16 @@ class Episode:
             timings["observe"] = time.perf_counter() - start
             notice = self.guard.notice()
             if notice:
-                # In the observation itself, since that is what the agent reads next turn.
-                observed = self._observation
-                self._observation = Observation(f"{notice}\n{observed.html}", observed.url, observed.title)
+                self._observation = _told(self._observation, notice)
                 error = error or notice
             if action is not None and await self.backend.episode_done(self.page, self.task):
                 return error, ("site_done", None)
         except _BROWSER_ERRORS as err:
+            step = len(self.trajectory.steps)
+            if await _closed_by_its_page(self.page, self.context):
+                return error, ("error", _TAB_CLOSED.format(step=step))
             self.trajectory.metadata["infra_error"] = True
-            return error, ("error", f"browser failed during step {len(self.trajectory.steps)}: {_describe(err)}")
+            return error, ("error", f"browser failed during step {step}: {_describe(err)}")
         return error, None
 
     def _record_step(
@@ -318,6 +325,35 @@ def _opener_tab(page: Any, history_tabs: list[Any]) -> Any | None:
     while page.is_closed() and history_tabs:
         page = history_tabs.pop()
     return None if page.is_closed() else page
+
+
+def _set_timeouts(page: Any, limits: EpisodeLimits) -> None:
+    page.set_default_timeout(limits.action_timeout_s * 1000)
+    page.set_default_navigation_timeout(limits.reset_timeout_s * 1000)
+
+
+async def _closed_by_its_page(page: Any, context: Any) -> bool:
+    """Whether the episode's tab `page` is closed while its context and browser live: the page closed it.
+
+    Then the page or the agent ended the episode (window.close()), not the browser: no retry is owed. A tab
+    closed with its context (the pool closing it) or with its browser (a crash) is an infrastructure failure;
+    the context's liveness is asked of the browser, since Playwright may not yet have reported that it closed.
+    """
+    browser = context.browser
+    if page is None or not page.is_closed() or browser is None or not browser.is_connected():
+        return False
+    try:
+        await context.cookies()
+    except PlaywrightError:
+        return False
+    return True
+
+
+def _told(observation: Observation, notice: str | None) -> Observation:
+    """`observation` with `notice` at its top: the observation is what the agent reads next turn."""
+    if not notice:
+        return observation
+    return Observation(f"{notice}\n{observation.html}", observation.url, observation.title)
 
 
 def _describe(err: BaseException) -> str:

@@ -47,9 +47,10 @@ class FreshContext:
         self.context = context
 
     async def open_page(self, episode: Any) -> Any:
-        """The init script, the episode's site guard and the backend's set-up, then a new tab."""
+        """The init script, the episode's site guard and dialog answerer, the backend's set-up, then a new tab."""
         await self.context.add_init_script(EPISODE_INIT_JS)
         await episode.guard.install(self.context)
+        episode.dialogs.install(self.context)
         await episode.backend.setup_context(self.context, episode.task)
         return await self.context.new_page()
 
@@ -82,12 +83,14 @@ class ReusedContext:
         self._follow_tab: Callable[[Any], None] | None = None
 
     async def open_page(self, episode: Any) -> Any:
-        """Hand the context to `episode`: its init script and guard the first time, the backend's set-up, the tab."""
+        """Hand the context to `episode`: its init script, guard and dialog answerer the first time, the backend's
+        set-up, the tab."""
         self.episode = episode
         self.proxy.on_blocked = episode.guard.count_blocked
         if self.page is None:
             await self.context.add_init_script(EPISODE_INIT_JS)
             await episode.guard.install(self.context, current=lambda: self.episode.guard)
+            episode.dialogs.install(self.context, current=lambda: self.episode.dialogs)
             self.context.on("page", self._on_new_tab)
             self.page = await self.context.new_page()
             self.page.on("framenavigated", self._on_navigated)

@@ -6,6 +6,11 @@ records on the step and shows the agent next turn: a wrong click is the agent's 
 from, not a crash. Only a page or browser that is gone raises (`PageGoneError`), because then the
 episode cannot go on.
 
+Scroll Up/Down move the window, or on a page whose window does not scroll the scrolling area a wheel would
+move (webrl.env.scroll). Native dialogs an action opens (alert, confirm, prompt) are answered by the episode's
+DialogAnswerer (webrl.env.dialogs: alert and confirm accepted, prompt dismissed) while the action runs, so a
+click guarded by `confirm()` acts, as the person who clicked meant it to.
+
 Unlike the release, there is no fixed 3 s sleep after each action. An action that may navigate
 (Click, Press Enter, Search, Type, whose last character is a real keystroke and a newline there is
 Enter, Go Backward/Forward) is followed by one round trip through the page's
@@ -34,6 +39,7 @@ from playwright.async_api import Error as PlaywrightError
 
 from webrl.env.actions import Action
 from webrl.env.observation import element_selector, evaluate_settled, is_context_lost, is_element_id
+from webrl.env.scroll import scroll
 
 NAVIGATION_FLAG_JS = """
 if (window.navigation) {
@@ -66,7 +72,7 @@ NO_EARLIER_PAGE = "there is no earlier page in this tab's history"
 # Click on a link that opens a tab, it records the click event (`__webrlClick`), so that a click the
 # page handles itself is not waited on for a tab.
 _INSPECT_JS = """
-({selector, wanted, reach, click, fill}) => {
+({selector, wanted, reach, click, fill, head}) => {
   const WHOLE_VALUE_TYPES = new Set(["color", "date", "datetime-local", "month", "range", "time", "week"]);
   // The fields Playwright's fill types into (input of these types, textarea) once they are visible, enabled,
   // editable and not inert, as it checks them. Anything else (a contenteditable, a number or date input, a
@@ -90,8 +96,11 @@ _INSPECT_JS = """
   info.disabled = el.matches(":disabled") || (!reach && el.closest('[aria-disabled="true"]') !== null);
   info.readOnly = fill && (el.readOnly === true || el.getAttribute("aria-readonly") === "true");
   info.typing = fill && plainTextField(el);
-  // Inputs whose value Playwright's fill sets whole: a date, time, colour or range typed key by key is not one.
-  info.setsValue = fill && el.localName === "input" && WHOLE_VALUE_TYPES.has(el.type);
+  // Inputs given their whole text by one Playwright fill: a date, time, colour or range typed key by key is not
+  // one. Nor is a number whose text without its last character (`head`) is no number ("-" of "-5", "1e" of "1e5"):
+  // fill refuses to put that in the field, as Playwright checks a number input's text with JavaScript's Number.
+  const partialNumber = el.localName === "input" && el.type === "number" && Number.isNaN(Number(head.trim()));
+  info.setsValue = fill && el.localName === "input" && (WHOLE_VALUE_TYPES.has(el.type) || partialNumber);
   if (info.typing && el.localName === "input") {
     el.select();
     el.focus();
@@ -321,7 +330,9 @@ async def _type(page: Any, locator: Any, selector: str, action: Action, info: di
     """Type (or Search: then press Enter in the field) the argument into the element.
 
     A date, time, colour or range input takes its value whole, as Playwright's fill sets it: a keystroke
-    after a partial value ("2024-01-1", then "5") would leave it empty or wrong.
+    after a partial value ("2024-01-1", then "5") would leave it empty or wrong. So does a number input whose
+    text without its last character is no number ("-5", "1e5"), since fill refuses "-" or "1e"; a number such
+    as "42" keeps its last keystroke, like any other field.
     """
     text = action.argument or ""
     if info["setsValue"]:
@@ -342,10 +353,7 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
         await asyncio.sleep(wait_s)
         return None
     if name in ("scroll_up", "scroll_down"):
-        # Two thirds of the viewport per scroll, like the release, so consecutive views overlap.
-        sign = -1 if name == "scroll_up" else 1
-        await page.evaluate("(sign) => window.scrollBy(0, sign * Math.round(window.innerHeight * 2 / 3))", sign)
-        return None
+        return await scroll(page, down=name == "scroll_down")
     if name == "press_enter":
         await page.keyboard.press("Enter")
         return None
@@ -366,7 +374,8 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
     wanted = action.argument if name == "select" else None
     reach = name in ("click", "hover")
     fill = name in ("type", "search")
-    arg = {"selector": selector, "wanted": wanted, "reach": reach, "click": name == "click", "fill": fill}
+    head = (action.argument or "")[:-1] if fill else ""
+    arg = {"selector": selector, "wanted": wanted, "reach": reach, "click": name == "click", "fill": fill, "head": head}
     info = await evaluate_settled(page, _INSPECT_JS, arg)
     if info is None:
         return f"element {action.element} is not in the page (use an id from the current observation)"
