@@ -252,7 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         close_process_group(fabric)
     if error is not None:
-        print(f"error: {error}", file=sys.stderr)
+        # The whole line in one write, flushed: every rank reports here into one shared stderr, where a CI run saw
+        # one rank's line run into the other's (print writes the text and its newline apart).
+        sys.stderr.write(f"error: {error}\n")
+        sys.stderr.flush()
         return 2
     return 0
 
