@@ -1,7 +1,7 @@
-"""A local HTTP server for the tests of clients of OpenAI-compatible servers (the engine, the judge).
+"""A local HTTP server for tests: a stand-in for a hosted OpenAI-compatible server (the engine, the judge), which
+this machine cannot reach, or a small site of pages a browser test needs.
 
-It stands in for a hosted server, which this machine cannot reach: a handler subclass decides each reply,
-and `serve` runs it on a free port in a thread for the duration of a fixture.
+A handler subclass decides each reply, and `serve` runs it on a free port in a thread for the duration of a fixture.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ class StubHandler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serve(handler: type[StubHandler]) -> Iterator[str]:
-    """The base URL (`http://127.0.0.1:<port>/v1`) of `handler` served in a thread, shut down on exit."""
+def serve(handler: type[StubHandler], path: str = "/v1") -> Iterator[str]:
+    """The base URL (`http://127.0.0.1:<port><path>`, an API's `/v1` by default) of `handler` served in a thread,
+    shut down on exit."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+        yield f"http://127.0.0.1:{server.server_address[1]}{path}"
     finally:
         server.shutdown()
         server.server_close()

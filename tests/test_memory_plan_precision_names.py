@@ -9,24 +9,14 @@ without copies, so both said a layout fits with less memory than its run takes.
 from __future__ import annotations
 
 import pytest
-from transformers import LlamaConfig
+from test_memory_plan import HAND
 
 from webrl.memory_plan import GIB, MemoryPlan, count_on_meta
-
-SHAPE = LlamaConfig(
-    vocab_size=100,
-    hidden_size=8,
-    intermediate_size=16,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    tie_word_embeddings=False,
-)
 
 
 def plan(precision: str) -> MemoryPlan:
     return MemoryPlan(
-        counts=count_on_meta(SHAPE),
+        counts=count_on_meta(HAND),
         strategy="fsdp",
         ranks=2,
         precision=precision,

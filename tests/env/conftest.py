@@ -13,6 +13,7 @@ import pytest
 from env_helpers import PAGES
 
 from webrl.env.backend import WebArenaBackend
+from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.static_server import StaticServer
 
 
@@ -32,3 +33,13 @@ def other_origin() -> Iterator[StaticServer]:
 @pytest.fixture(scope="session")
 def backend(pages: StaticServer) -> WebArenaBackend:
     return WebArenaBackend({"__PAGES__": pages.url})
+
+
+@pytest.fixture(scope="module")
+def reusing(run):
+    """A pool of one slot that reuses contexts, so consecutive episodes share one (and each episode's tab starts with
+    one history entry, which window.close() may close; a fresh context's tab has about:blank before it)."""
+    pool = BrowserPool(BrowserConfig(max_concurrency=1, reuse_contexts=True))
+    run(pool.start())
+    yield pool
+    run(pool.close())

@@ -10,16 +10,15 @@ observation runs in is destroyed), and after it (a stale page). Every trial must
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from env_helpers import element_id, page_task
 
+from tests.stub_http import StubHandler, serve
 from webrl.env.backend import WebArenaBackend
 from webrl.env.limits import EpisodeLimits
 
@@ -37,7 +36,7 @@ SEARCH = """<!DOCTYPE html><html><body><h1>Search</h1>
 RESULTS = "<!DOCTYPE html><html><body><h1>Results for {q}</h1><a href='/search'>New search</a></body></html>"
 
 
-class _Site(BaseHTTPRequestHandler):
+class _Site(StubHandler):
     """The search page, and results answered after the delay the `delay` query parameter names."""
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
@@ -48,26 +47,13 @@ class _Site(BaseHTTPRequestHandler):
             body = RESULTS.format(q=query.get("q", ""))
         else:
             body = SEARCH.format()
-        data = body.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
+        self.reply(200, "text/html", body.encode())
 
 
 @pytest.fixture(scope="module")
 def site() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Site)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    host, port = server.server_address[:2]
-    yield f"http://{host}:{port}"
-    server.shutdown()
-    server.server_close()
+    with serve(_Site, path="") as url:
+        yield url
 
 
 def _outcome(result, query: str) -> str:

@@ -5,15 +5,13 @@ it would to a person, and be charged to whoever caused it.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from env_helpers import element_id, page_task
 
+from tests.stub_http import StubHandler, serve
 from webrl.env.backend import WebArenaBackend
-from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.limits import EpisodeLimits
 from webrl.env.observation import ObservationConfig
 
@@ -37,28 +35,15 @@ Rename</button></body></html>""",
 }
 
 
-class _Site(BaseHTTPRequestHandler):
+class _Site(StubHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        data = PAGES.get(self.path, "").encode()
-        self.send_response(200 if self.path in PAGES else 404)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
+        self.reply(200 if self.path in PAGES else 404, "text/html", PAGES.get(self.path, "").encode())
 
 
 @pytest.fixture(scope="module")
 def site() -> Iterator[WebArenaBackend]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Site)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    host, port = server.server_address[:2]
-    yield WebArenaBackend({"__PAGES__": f"http://{host}:{port}"})
-    server.shutdown()
-    server.server_close()
+    with serve(_Site, path="") as url:
+        yield WebArenaBackend({"__PAGES__": url})
 
 
 @pytest.mark.parametrize(("text", "number"), [("-5", -5), ("1e5", 100000), ("42", 42), ("-2.5", -2.5)])
@@ -94,16 +79,6 @@ def test_scroll_moves_the_inner_box_of_a_page_whose_window_does_not_scroll(run, 
     assert "Section 10" in down.observation.html and "Section 0 " not in down.observation.html
     assert up.error is None and "Section 0 " in up.observation.html
     assert top.error is not None and "nothing on this page can scroll up" in top.error
-
-
-@pytest.fixture(scope="module")
-def reusing(run):
-    """A pool that reuses contexts: each episode's tab starts with one history entry, which window.close() may close
-    (a fresh context's tab has two, its first about:blank, and Chromium refuses to close it)."""
-    pool = BrowserPool(BrowserConfig(max_concurrency=1, reuse_contexts=True))
-    run(pool.start())
-    yield pool
-    run(pool.close())
 
 
 def test_a_page_closing_its_only_tab_ends_the_episode_as_its_own_error(run, reusing, site):

@@ -7,7 +7,6 @@ from env_helpers import page_task
 
 from webrl.data.trajectory import Task
 from webrl.env.backend import WebArenaBackend
-from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.executor import NO_EARLIER_PAGE
 
 pytestmark = pytest.mark.timeout(120)
@@ -34,15 +33,6 @@ READ_STATE_JS = """async () => ({
   caches: (await caches.keys()).length,
 })"""
 NOTHING_LEFT = {"local": 0, "session": 0, "cookie": "", "name": "", "history": 1, "databases": 0, "caches": 0}
-
-
-@pytest.fixture(scope="module")
-def reusing(run):
-    """A pool of one slot that reuses contexts, so consecutive episodes share one."""
-    pool = BrowserPool(BrowserConfig(max_concurrency=1, reuse_contexts=True))
-    run(pool.start())
-    yield pool
-    run(pool.close())
 
 
 def test_the_next_episode_sees_nothing_of_the_last(run, reusing, backend):

@@ -7,16 +7,14 @@ something a site does in the normal course, and each must look to the agent as i
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from env_helpers import element_id, page_task
 
+from tests.stub_http import StubHandler, serve
 from webrl.env.backend import WebArenaBackend
-from webrl.env.browser import BrowserConfig, BrowserPool
 from webrl.env.limits import EpisodeLimits
 
 pytestmark = pytest.mark.timeout(120)
@@ -42,42 +40,20 @@ RESULTS_DELAY_S = 0.5
 TYPE_TRIALS = 8
 
 
-class _Site(BaseHTTPRequestHandler):
+class _Site(StubHandler):
     """The pages above; the results page is answered late, so that a navigation commits after the action."""
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         path = self.path.split("?")[0]
         if path == "/results":
             time.sleep(RESULTS_DELAY_S)
-        data = PAGES.get(path, "").encode()
-        self.send_response(200 if path in PAGES else 404)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
+        self.reply(200 if path in PAGES else 404, "text/html", PAGES.get(path, "").encode())
 
 
 @pytest.fixture(scope="module")
 def site() -> Iterator[WebArenaBackend]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Site)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    host, port = server.server_address[:2]
-    yield WebArenaBackend({"__PAGES__": f"http://{host}:{port}"})
-    server.shutdown()
-    server.server_close()
-
-
-@pytest.fixture(scope="module")
-def reusing(run):
-    """A pool of one slot that reuses contexts, so consecutive episodes share one."""
-    pool = BrowserPool(BrowserConfig(max_concurrency=1, reuse_contexts=True))
-    run(pool.start())
-    yield pool
-    run(pool.close())
+    with serve(_Site, path="") as url:
+        yield WebArenaBackend({"__PAGES__": url})
 
 
 def test_a_new_tab_link_the_page_handles_itself_is_clicked_at_once(run, pool, site):
