@@ -11,7 +11,8 @@ and WANDB_DIR override the files, and key=value overrides them):
 
     python -m recipes.webrl --config webrl_smollm2 phases=2 rollout.concurrency=4
     python -m recipes.webrl fabric.strategy=ddp fabric.devices=2            # 2 processes (gloo on CPU)
-    python -m recipes.webrl --config webrl_llama8b_webarena   # GPUs, WebArena-Lite
+    python -m recipes.webrl --config webrl_llama8b_webarena model.base=... model.actor=... env.suite=... env.url_map=...
+                                                               # GPUs, WebArena-Lite (README: a real deployment)
 
 Rerunning the same command resumes from `output_dir` after a crash or a kill. The directory keeps the
 config it was started with (`config.json`): relaunching it with settings that change results stops and
