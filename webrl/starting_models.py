@@ -26,6 +26,7 @@ from webrl.cache_builds import build_lock, build_once, publish_model_dir, stagin
 from webrl.code_version import code_version
 from webrl.data.atomic_io import write_text_atomic
 from webrl.data.datamodule import ReplayDataModule, setup_loader
+from webrl.data.length_batches import LengthGroupedBatches
 from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
 from webrl.data.trajectory import Trajectory, is_full_score, is_success, read_trajectories, write_trajectories
 from webrl.loop_config import EnvConfig, ORMDataConfig, SFTConfig, WebRLConfig
@@ -334,32 +335,57 @@ def train_orm(
 
     `data` (the per-source counts of `orm_data.source_counts`) is recorded beside the model.
     """
-    import torch
-    from torch.utils.data import DataLoader
-
     settings = config.orm.train
     module = OutcomeRewardModule(
         base, lr=settings.lr, max_length=config.model.max_length, threshold=config.reward.threshold
     )
     examples = orm_training_pairs(trajectories, module.tokenizer)
-    loader = DataLoader(  # its own generator: the order must not depend on what the process drew before
+    loader = orm_loader(
+        fabric,
         examples,
-        batch_size=settings.batch_size,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(config.seed),
-        collate_fn=lambda rows: OutcomeRewardModule.collate(module.tokenizer, rows, config.model.max_length),
+        settings,
+        config.seed,
+        lambda rows: OutcomeRewardModule.collate(module.tokenizer, rows, config.model.max_length),
     )
     wrapped, optimizer = setup_for_training(
         fabric, module, activation_checkpointing=config.fabric.activation_checkpointing
     )
     checkpoint = StageCheckpoint.beside(target, config.resume.stage_checkpoint_minutes)
-    loader = fabric.setup_dataloaders(loader)
     metrics = train_module(fabric, wrapped, optimizer, loader, settings, name="orm", checkpoint=checkpoint)
     metrics["orm/examples"] = float(len(examples))
     info = {"base": str(base), "metrics": metrics, "data": data or {}}
     save_model_dir(fabric, module.model, module.tokenizer, target, info)
     checkpoint.discard(fabric)
     return metrics
+
+
+def orm_loader(
+    fabric: Fabric, examples: list[tuple[str, float]], settings: StageSettings, seed: int, collate: Any
+) -> Any:
+    """The ORM's loader, set up under `fabric`: this rank's share of `examples` in an order that only `seed` sets.
+
+    Sampled as the actor and critic stages are (`ReplayDataModule`): under `group_by_length`, batches of similar
+    prompt lengths (`LengthGroupedBatches`, rank-aware); otherwise, on several processes, a `DistributedSampler`
+    seeded by `seed`, and on one a shuffle by a generator of its own, so that the order depends neither on what
+    the process drew before nor on Lightning's replacement sampler, seeded from `PL_GLOBAL_SEED` (never set here).
+    """
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    world, rank = fabric.world_size, fabric.global_rank
+    if settings.group_by_length:
+        lengths = [len(prompt) for prompt, _ in examples]
+        batches = LengthGroupedBatches(lengths, settings.batch_size, seed=seed, rank=rank, world=world)
+        return setup_loader(fabric, DataLoader(examples, batch_sampler=batches, collate_fn=collate))
+    if world > 1:
+        sampler = DistributedSampler(examples, num_replicas=world, rank=rank, shuffle=True, seed=seed)
+        loader = DataLoader(examples, batch_size=settings.batch_size, sampler=sampler, collate_fn=collate)
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        loader = DataLoader(
+            examples, batch_size=settings.batch_size, shuffle=True, generator=generator, collate_fn=collate
+        )
+    return setup_loader(fabric, loader)
 
 
 def ensure_sft(config: WebRLConfig, fabric: Fabric, env: WebEnvironment) -> tuple[Path, list[Trajectory]]:
