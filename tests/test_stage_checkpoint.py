@@ -90,6 +90,7 @@ def test_a_resumed_stage_ends_with_the_weights_and_metrics_of_an_uninterrupted_o
     for name, weight in straight.state_dict().items():
         assert torch.equal(resumed.state_dict()[name], weight), name
     assert resumed_summary["probe/steps"] == straight_summary["probe/steps"] == 10
+    assert resumed_summary["probe/optimizer_steps"] == straight_summary["probe/optimizer_steps"] == 5  # accumulate=2
     assert resumed_summary["probe/loss"] == pytest.approx(straight_summary["probe/loss"], rel=1e-6)
 
 

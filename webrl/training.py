@@ -228,7 +228,7 @@ def train_module(
             checkpoint.save(fabric, module, optimizer, done, meta)
     bar.close()
     _set_lrs(optimizer, base_lrs, 1.0)
-    return _summary(name, done, time.perf_counter() - started)
+    return _summary(name, done, time.perf_counter() - started, optimizer_steps=total_steps)
 
 
 def _train_step(
@@ -281,9 +281,12 @@ def _record(done: StageProgress, batch: Any, metrics: dict[str, Any]) -> dict[st
     return values
 
 
-def _summary(name: str, done: StageProgress, elapsed: float) -> dict[str, float]:
+def _summary(name: str, done: StageProgress, elapsed: float, optimizer_steps: int) -> dict[str, float]:
+    """The stage's mean metrics, its micro-batches (`steps`, the x-axis of its logged curves) and, apart, its
+    optimiser steps: they differ by `accumulate`, and the schedule and the paper's step counts are in the latter."""
     summary = {key: value / max(1, done.count) for key, value in done.sums.items()}
     summary[f"{name}/steps"] = float(done.count)
+    summary[f"{name}/optimizer_steps"] = float(optimizer_steps)
     summary[f"{name}/seconds"] = elapsed
     if done.tokens:
         summary[f"{name}/tokens_per_s"] = done.tokens / max(elapsed, 1e-9)
