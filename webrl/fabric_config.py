@@ -16,6 +16,9 @@ ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "32", "bf16", "16", "64")
 """Lightning's precision strings (its short aliases included) that these runs can use, and `auto`."""
 PRECISION_ALIASES = {"32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "64": "64-true"}
+MODEL_PARALLEL_PRECISIONS = ("auto", "32-true", "32", "bf16-mixed", "bf16", "bf16-true", "16-true")
+"""The precisions Lightning's ModelParallelStrategy (FSDP2) takes: it refuses 16-mixed (no sharded gradient scaler)
+and 64-true at start, in words that name no config key."""
 """What Lightning runs for each short alias: `bf16` and `16` are mixed precisions (fp32 weights), not `-true`."""
 
 
@@ -74,4 +77,10 @@ class FabricConfig:
             self.precision,
             "fp16 mixed precision needs a GPU (Lightning would run bf16-mixed instead, which config.json and the "
             "cache keys would not say); on CPU use bf16-mixed, 32-true or auto",
+        )
+        require(
+            self.strategy != "model_parallel" or self.precision in MODEL_PARALLEL_PRECISIONS,
+            "fabric.precision",
+            self.precision,
+            f"fabric.strategy=model_parallel (FSDP2) takes one of {', '.join(MODEL_PARALLEL_PRECISIONS)}",
         )

@@ -130,6 +130,13 @@ def test_fp16_mixed_precision_on_cpu_is_refused_naming_the_key():
     assert recipe_config(["fabric.precision=16-mixed", "fabric.accelerator=cuda"]).fabric.precision == "16-mixed"
 
 
+@pytest.mark.parametrize("precision", ["16-mixed", "16", "64-true"])
+def test_a_precision_fsdp2_refuses_is_refused_at_load_naming_the_key(precision):
+    """Lightning's ModelParallelStrategy refuses these at start, in words that name no config key."""
+    with pytest.raises(SystemExit, match=f"^config error: fabric.precision='{precision}': fabric.strategy=model_par"):
+        recipe_config([f"fabric.precision={precision}", "fabric.strategy=model_parallel", "fabric.accelerator=cuda"])
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
