@@ -11,12 +11,15 @@ method into another.
 Before anything runs, every method's config is resolved and checked here, exactly as its recipe will
 resolve it, so a bad key stops the whole comparison at once rather than after hours; each run directory
 that exists is checked against its `config.json` (a relaunch with other settings would stop anyway, and
-a reused result must not silently come from other settings); and all methods must draw the same
-held-out tasks. After the runs, the task sets are compared again on the outcomes themselves.
+a reused result must not silently come from other settings), and a WebRL run's evaluation already made is
+checked against the evaluation settings it was made with, which `resume.allow_changes` cannot change after
+the fact; and all methods must draw the same held-out tasks. After the runs, the task sets are compared
+again on the outcomes themselves.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import subprocess
 import sys
@@ -29,9 +32,19 @@ from webrl.config import load_config
 from webrl.config_checks import ConfigError, flatten
 from webrl.evaluation.identity import evaluation_settings
 from webrl.evaluation.learning_table import LearningTable
-from webrl.evaluation.run_results import RunResult, loop_result, recipe_result, record_launch
+from webrl.evaluation.run_results import RunResult, loop_result, recipe_result, record_launch, run_progress
 from webrl.loop_config import WebRLConfig
-from webrl.run_config import check_run_config, keep_run_config
+from webrl.run_config import (
+    ABSENT,
+    changed_keys,
+    check_run_config,
+    describe_changes,
+    effective_config,
+    keep_run_config,
+    saved_keys,
+)
+from webrl.run_layout import RunLayout
+from webrl.run_state import RunState
 
 
 @dataclass(frozen=True)
@@ -159,6 +172,8 @@ class Comparison:
                 check_run_config(run.run_dir, run.config, run.config.resume.allow_changes)
             except ConfigError as err:
                 raise ConfigError(f"method {run.method.name}: {err}") from None
+            if not run.method.evaluation:
+                _require_evaluated_as_configured(run)
 
     def result(self, run: PlannedRun) -> RunResult | None:
         """The method's final evaluation with its config's settings, or None while it has none."""
@@ -190,6 +205,7 @@ class Comparison:
                 print(f"[compare] {name}: no finished evaluation in {run.run_dir} (--reuse-only: not run)", flush=True)
                 continue
             print(f"[compare] {name}: running {' '.join(run.command)}", flush=True)
+            before = run_progress(run.run_dir)
             if run.method.evaluation:
                 # The SFT and evaluation recipes keep no config.json themselves; the comparison keeps one for them.
                 keep_run_config(run.run_dir, run.config, run.config.resume.allow_changes)
@@ -199,7 +215,8 @@ class Comparison:
             finally:
                 # Also when interrupted (Ctrl-C, or SIGTERM through recipes.compare; returncode None): the resume
                 # keeps what the launch finished, so its time belongs to the method's wall time too.
-                record_launch(run.run_dir, run.command, time.monotonic() - started, returncode)
+                seconds = time.monotonic() - started
+                record_launch(run.run_dir, run.command, seconds, returncode, (before, run_progress(run.run_dir)))
             if returncode != 0:
                 failures[name] = f"failed (exit status {returncode}): {' '.join(run.command)}"
             elif self.result(run) is None:
@@ -243,6 +260,58 @@ class Comparison:
             if matching:
                 references[run.method.name] = matching[0]
         return references
+
+
+def _require_evaluated_as_configured(run: PlannedRun) -> None:
+    """Stop, naming the method and the keys, if a WebRL run's evaluation of the table's phase is already made, with
+    evaluation settings other than the comparison's.
+
+    The run directory check compares the run's latest settings, and lets `resume.allow_changes` through: a change it
+    allowed applies from a relaunch's next stage, and an evaluation already made is not made again, nor is one
+    made before a later phase's recorded change. Reused, that evaluation would be paired with methods evaluated
+    with the new settings (a silent mix of identities) or, on another task count, refused after they all ran.
+    """
+    phase, layout = run.config.phases, RunLayout(run.run_dir)
+    if not layout.state_path.exists() or not RunState.load(layout.state_path).is_done(phase, "evaluate"):
+        return
+    saved = effective_config(run.run_dir, (phase, "evaluate"))
+    if saved is None:
+        return
+    current, defaults = dataclasses.asdict(run.config), dataclasses.asdict(type(run.config)())
+    changes = changed_keys(saved, current, defaults, saved_keys(run.run_dir))
+    settings = evaluation_settings(run.config)
+    flat_defaults = flatten(defaults)
+    differing = {
+        key: values
+        for key, values in changes.items()
+        if evaluation_settings(_with_value(run.config, key, values[0], flat_defaults)) != settings
+    }
+    if differing:
+        raise ConfigError(
+            f"method {run.method.name}: the phase-{phase} evaluation in {run.run_dir} was made with other evaluation "
+            f"settings ({describe_changes(differing)}) and is not made again; table these settings from another "
+            f"--output-root, or remove {run.run_dir}"
+        )
+
+
+def _with_value(config: WebRLConfig, key: str, value: object, defaults: dict[str, object]) -> WebRLConfig:
+    """A copy of `config` with the flattened `key` set to `value` (a dict entry removed, or a field set to its
+    default, where `value` is `ABSENT`: the run's settings lacked it)."""
+    changed = copy.deepcopy(config)
+    *parents, leaf = key.split(".")
+    node: object = changed
+    for part in parents:
+        node = node.setdefault(part, {}) if isinstance(node, dict) else getattr(node, part, None)
+        if node is None:
+            return changed
+    if isinstance(node, dict):
+        if value is ABSENT:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    elif hasattr(node, leaf):
+        setattr(node, leaf, defaults.get(key) if value is ABSENT else value)
+    return changed
 
 
 def _key(override: str) -> str:

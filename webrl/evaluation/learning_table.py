@@ -188,7 +188,7 @@ class LearningTable:
             "vs WebRL here: points against the full WebRL with the same reward source (its exact McNemar p). "
             "Wall: the method's launches by the comparison (the first to need a cached SFT or ORM includes building "
             "it); * = the sum of its phase times (cached builds left out), up to the table's phases for a longer run "
-            "reused.",
+            "reused, or where the comparison's launches did not run all of it.",
         ]
         if self.missing:
             notes.append(f"No finished evaluation yet: {', '.join(self.missing)}.")

@@ -12,7 +12,9 @@ The wall time comes from `launches.json`, which a comparison writes when it runs
 with its duration, resumed launches included); without it, a WebRL run's phase times are summed (they
 leave out the cached SFT and ORM builds and the process start-up). A WebRL run that went past the phase
 read (a comparison with fewer phases reusing a longer run) has its phase times up to that phase summed:
-its launches timed the later phases too.
+its launches timed the later phases too. So has one whose launches did not time all of it (started by
+`recipes.webrl` itself and resumed by a comparison, or resumed by hand between two of its launches): each
+launch records where the run stood before and after it, and those must join up from an empty directory.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def loop_wall_seconds(run_dir: Path, state: RunState, phase: int) -> tuple[float
     also spent them on its later phases, so its phases up to `phase` are summed instead.
     """
     launched = launch_seconds(run_dir)
-    if launched is not None and not _went_past(state, phase):
+    if launched is not None and not _went_past(state, phase) and _launches_cover_run(run_dir):
         return launched, WALL_FROM_LAUNCHES
     summed = phase_seconds(state.history, phase)
     return (summed, WALL_FROM_PHASES) if summed is not None else (None, "")
@@ -159,16 +161,50 @@ def recipe_result(method: str, run_dir: Path, name: str, settings: dict[str, Any
 
 def launch_seconds(run_dir: Path) -> float | None:
     """The summed duration of the launches recorded in `run_dir/launches.json`, or None without that file."""
+    launches = _launches(run_dir)
+    return None if launches is None else float(sum(launch["seconds"] for launch in launches))
+
+
+def _launches(run_dir: Path) -> list[dict[str, Any]] | None:
     path = Path(run_dir) / LAUNCHES_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _launches_cover_run(run_dir: Path) -> bool:
+    """Whether the launches of a WebRL run timed all of it: the first began in a directory without a run state,
+    and each began where the one before left the run (`run_progress`). Launches recorded before they held their
+    progress are trusted, as they were then."""
+    launches = _launches(run_dir) or []
+    if not all("progress" in launch for launch in launches):
+        return True
+    progress = [launch["progress"] for launch in launches]
+    joined = all(before == previous[1] for previous, (before, _) in zip(progress, progress[1:], strict=False))
+    return not progress or (progress[0][0] is None and joined)
+
+
+def run_progress(run_dir: Path) -> list[Any] | None:
+    """Where a WebRL run stands: its phase and the stages of it done, as JSON holds them; None without a run state
+    (a new run directory, or one of a recipe that keeps none)."""
+    path = RunLayout(run_dir).state_path
     if not path.is_file():
         return None
-    return float(sum(launch["seconds"] for launch in json.loads(path.read_text(encoding="utf-8"))))
+    state = RunState.load(path)
+    return [state.phase, list(state.done)]
 
 
-def record_launch(run_dir: Path, command: list[str], seconds: float, returncode: int | None) -> None:
+def record_launch(
+    run_dir: Path,
+    command: list[str],
+    seconds: float,
+    returncode: int | None,
+    progress: tuple[list[Any] | None, list[Any] | None] | None = None,
+) -> None:
     """Append one launch of a method (its command, how long it ran, its exit status: None when the comparison was
-    interrupted while it ran) to `run_dir/launches.json`."""
+    interrupted while it ran) to `run_dir/launches.json`, with `progress`, the run's `run_progress` before and
+    after it when given: the wall time counts the launches only while they join up."""
     path = Path(run_dir) / LAUNCHES_FILE
-    launches = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    launches = _launches(run_dir) or []
     launch = {"command": command, "seconds": seconds, "returncode": returncode, "ended": time.strftime("%FT%T%z")}
+    if progress is not None:
+        launch["progress"] = list(progress)
     write_json_atomic(path, [*launches, launch])
