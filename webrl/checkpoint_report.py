@@ -21,7 +21,7 @@ from webrl.data.atomic_io import write_text_atomic
 from webrl.data.trajectory import Trajectory, read_trajectories
 from webrl.evaluation.breakdown import Rate
 from webrl.evaluation.outcomes import success_map, task_outcomes
-from webrl.evaluation.stats import mcnemar, require_same_tasks, task_order
+from webrl.evaluation.stats import format_p, mcnemar, require_same_tasks, task_order
 from webrl.report_browser import CSS, ScreenshotEmbedder, browser_html, trajectory_record
 from webrl.report_data import rates_by_site
 from webrl.report_plots import site_bars
@@ -184,7 +184,7 @@ class CheckpointReport:
                     str(neither),
                     str(result.both + result.only_a),
                     str(result.both + result.only_b),
-                    f"{result.p_value:.4g}",
+                    format_p(result.p_value, 4),
                 ]
             )
         a_label, b_label = (html.escape(e.label) for e in self.evaluations)

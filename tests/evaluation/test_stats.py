@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webrl.evaluation.stats import exact_mcnemar_p, mcnemar, wilson_interval
+from webrl.evaluation.stats import exact_mcnemar_p, format_p, mcnemar, wilson_interval
 
 
 def test_wilson_seven_of_forty():
@@ -80,3 +80,21 @@ def test_mcnemar_on_different_tasks_names_them():
     with pytest.raises(ValueError, match=r"only in A: 3; only in B: 9, 10") as error:
         mcnemar({"1": True, "2": False, "3": True}, {"1": True, "2": False, "9": True, "10": False})
     assert "same tasks" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("p", "shown"),
+    [
+        (0.125, "0.125"),
+        (1.0, "1"),
+        (0.04998, "0.04998"),
+        (0.0500001, "0.05"),
+        (0.00999, "0.00999"),
+        (0.009996, "0.009996"),
+        (0.0312, "0.0312"),
+        (0.05, "0.05"),
+    ],
+)
+def test_a_p_value_is_never_shown_on_the_other_side_of_5_or_1_percent(p, shown):
+    """At 3 significant digits 0.04998 would print as 0.05 and 0.009996 as 0.01: not significant to a reader."""
+    assert format_p(p) == shown

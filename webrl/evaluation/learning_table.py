@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from webrl.evaluation.breakdown import SEEN, TEST_ONLY, Rate, breakdown
 from webrl.evaluation.run_results import WALL_FROM_PHASES, RunResult
-from webrl.evaluation.stats import McNemarResult, require_same_tasks, shared_mcnemar, task_order
+from webrl.evaluation.stats import McNemarResult, format_p, require_same_tasks, shared_mcnemar, task_order
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,9 @@ class LearningTable:
                 _p_cell(row.vs_baseline) if row.vs_baseline and row.method != self.baseline else "",
                 _rate_cell(row.seen),
                 _rate_cell(row.test_only),
-                f"{row.vs_reference.diff_cell()} (p {row.vs_reference.test.p_value:.3g})" if row.vs_reference else "",
+                f"{row.vs_reference.diff_cell()} (p {format_p(row.vs_reference.test.p_value)})"
+                if row.vs_reference
+                else "",
                 row.paper,
                 _wall_cell(row),
             ]
@@ -234,7 +236,7 @@ def _signed(points: float) -> str:
 
 
 def _p_cell(pairing: Pairing) -> str:
-    return f"{pairing.test.p_value:.3g} (b {pairing.test.only_a}, c {pairing.test.only_b})"
+    return f"{format_p(pairing.test.p_value)} (b {pairing.test.only_a}, c {pairing.test.only_b})"
 
 
 def _rate_cell(rate: Rate | None) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from webrl.data.trajectory import Trajectory
 from webrl.evaluation.breakdown import Breakdown, Rate, breakdown
 from webrl.evaluation.outcomes import Baseline, attempted_ids, success_map, task_outcomes
-from webrl.evaluation.stats import McNemarResult, shared_mcnemar, task_order
+from webrl.evaluation.stats import McNemarResult, format_p, shared_mcnemar, task_order
 from webrl.metrics import errored, infra_errors
 
 
@@ -121,7 +121,7 @@ def format_comparison(comparison: McNemarResult, baseline: str) -> str:
         f"Baseline: {baseline}\n\n"
         f"On the {comparison.tasks} tasks both evaluated: this checkpoint {mine} successes, the baseline {theirs}. "
         f"Only this checkpoint succeeded on {comparison.only_a} (b), only the baseline on {comparison.only_b} (c); "
-        f"exact McNemar two-sided p = {comparison.p_value:.4g}."
+        f"exact McNemar two-sided p = {format_p(comparison.p_value, 4)}."
     )
 
 

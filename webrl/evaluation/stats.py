@@ -50,6 +50,23 @@ def exact_mcnemar_p(only_a: int, only_b: int) -> float:
     return float(min(Fraction(1), Fraction(2 * tail, 2**trials)))
 
 
+SIGNIFICANCE_LEVELS = (0.05, 0.01)
+"""The levels a reader compares a printed p-value with: `format_p` never rounds one across them."""
+
+
+def format_p(p: float, digits: int = 3) -> str:
+    """`p` to `digits` significant digits, or as many more as keep it on its side of each significance level.
+
+    At 3 digits an exact p of 0.04998 prints as 0.05, which reads as not significant at 5 %; tables and reports that
+    judge a method by p < 0.05 must not be told the other side of the line.
+    """
+    for width in range(digits, 17):
+        shown = f"{p:.{width}g}"
+        if all((float(shown) < level) == (p < level) for level in SIGNIFICANCE_LEVELS):
+            return shown
+    return repr(p)
+
+
 @dataclass(frozen=True)
 class McNemarResult:
     """Two methods A and B on the same tasks: the discordant counts and the exact two-sided p-value."""
