@@ -2,11 +2,14 @@
 
 The model is built on the meta device from its config (a local model dir, the local Hugging Face
 cache, or the published shape of Llama-3.1-8B / SmolLM2-135M: nothing is downloaded); the sharding,
-precision, activation checkpointing, micro-batches, sequence length and vLLM budget come from the
-recipe config. Prints a GiB table per rank and the same as JSON; exits 1 when a peak does not fit.
+precision, activation checkpointing, micro-batches, sequence length, vLLM budget and the LoRA adapters
+(`actor.lora`, `critic.lora`, where enabled) come from the recipe config. Prints a GiB table per rank
+and the same as JSON; exits 1 when a peak does not fit.
 
     python bench/memory_plan.py --config webrl_llama8b_webarena --model meta-llama/Llama-3.1-8B
     python bench/memory_plan.py --config webrl_llama8b_webarena --model meta-llama/Llama-3.1-8B fabric.num_nodes=2
+    python bench/memory_plan.py --config webrl_llama8b_webarena --model meta-llama/Llama-3.1-8B \
+        actor.lora.enabled=true critic.lora.enabled=true
     python bench/memory_plan.py --config webrl_smollm2 --model smollm2 fabric.accelerator=cuda fabric.strategy=fsdp
     python bench/memory_plan.py                                # the tiny default, as configured (CPU, one process)
 
@@ -24,14 +27,15 @@ from pathlib import Path
 
 from webrl.config import ConfigError, load_config
 from webrl.loop_config import WebRLConfig
-from webrl.memory_plan import GIB, MemoryPlan, count_on_meta, model_config
+from webrl.memory_plan import GIB, MemoryPlan, count_adapters, count_on_meta, model_config
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "recipes" / "configs" / "webrl_tiny.yaml"
 
 
 def plan_for(config: WebRLConfig, model: str, device_gib: float) -> MemoryPlan:
     """The memory plan of `config`'s layout with `model`'s shape on devices of `device_gib` GiB."""
-    counts = count_on_meta(model_config(model, tiny=config.model))
+    shape = model_config(model, tiny=config.model)
+    counts = count_on_meta(shape)
     fabric = config.fabric
     on_gpu = fabric.accelerator in ("cuda", "gpu") and config.rollout.engine == "vllm"
     return MemoryPlan(
@@ -47,6 +51,9 @@ def plan_for(config: WebRLConfig, model: str, device_gib: float) -> MemoryPlan:
         device_bytes=int(device_gib * GIB),
         vllm_utilization=config.engines.gpu_memory_utilization if on_gpu else 0.0,
         vllm_sleeps=config.engines.sleep,
+        # As the stages build their modules (`phase_training`): the adapters only where a section enables them.
+        actor_adapters=count_adapters(shape, config.actor.lora.active()),
+        critic_adapters=count_adapters(shape, config.critic.lora.active()),
     )
 
 
@@ -73,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         f"activation checkpointing {'on' if fabric.activation_checkpointing else 'off'}, "
         f"sequence {plan.seq_len}, vLLM {plan.vllm_utilization:g} of the GPU (sleeps: {plan.vllm_sleeps})"
     )
+    for stage, adapters in (("actor", plan.actor_adapters), ("critic", plan.critic_adapters)):
+        if adapters is not None:
+            lora = getattr(config, stage).lora
+            trained = plan.weights(stage).trained
+            print(f"{stage} LoRA r={lora.r} on {', '.join(lora.target_modules)}: {trained:,} trained parameters")
     print(plan.table())
     print(json.dumps(report, indent=1))
     if known.json:

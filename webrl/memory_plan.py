@@ -11,6 +11,13 @@ each rank's bytes follow from the sharding, the precision, the optimizer and the
   whole on each rank otherwise;
 - the actor stage also holds pi_ref, a frozen copy of the policy sharded like it (`ActorModule`'s
   registered reference); the critic stage holds neither pi_ref nor an LM head (its trunk and two MLP heads);
+- LoRA (`actor.lora`, `critic.lora`): peft's adapters, counted on the meta model (r x (in + out) per targeted
+  Linear), are stored, trained and given AdamW moments in the master dtype beside the frozen base weights, which
+  have no gradient and no moments but are stored (sharded under FSDP) and gathered as before; only the adapters
+  (and the critic's heads) have unsharded gradients. The actor holds no pi_ref: under LoRA the reference is the
+  same network with its adapters disabled. Weight casts add the adapters' bf16 copies; the activations leave out
+  what the adapters save for backward (per adapted Linear and token: r elements, and a compute-dtype copy of its
+  input where that input is fp32), which nothing has measured;
 - gathered units (sharded strategies, a single rank too: FSDP2 gathers into buffers of its own): no
   MixedPrecisionPolicy is set, so a unit's parameters are gathered in the master dtype and autocast casts
   them per operation; the root unit (embeddings, final norm, LM head) stays gathered from forward to
@@ -182,6 +189,65 @@ def count_on_meta(config: Any) -> ModelCounts:
 
 
 @dataclass
+class AdapterCounts:
+    """The LoRA adapters' parameter counts, split as `ModelCounts` splits the base model's."""
+
+    layer_params: int
+    """one decoder layer's adapters"""
+    root_params: int
+    """adapters outside the decoder layers (an LM head's or embeddings', when targeted)"""
+    head_params: int
+    """the LM head's adapter alone: the critic drops it with the head"""
+
+
+def count_adapters(config: Any, lora: Any) -> AdapterCounts | None:
+    """Apply `lora` (`LoraSettings`, None: full fine-tuning) to the meta model of `config` and count its adapters.
+
+    The training stages' own `apply_lora` (peft) places them, so the plan matches the layers a stage adapts and
+    whatever peft adds to each; on the meta device that costs no memory.
+    """
+    if lora is None:
+        return None
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from webrl.modules.lm import apply_lora
+
+    with torch.device("meta"):
+        model = apply_lora(AutoModelForCausalLM.from_config(config), lora)
+    base = model.get_base_model()
+
+    def trainable(module: Any) -> int:
+        return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+    layers = base.model.layers
+    layer_params = trainable(layers[0])
+    return AdapterCounts(
+        layer_params=layer_params,
+        root_params=trainable(base) - len(layers) * layer_params,
+        head_params=trainable(base.get_output_embeddings()),
+    )
+
+
+@dataclass
+class StageWeights:
+    """A stage's parameter counts as its rows use them: what is stored, what trains, what one FSDP unit gathers."""
+
+    stored: int
+    """every parameter the stage holds, frozen ones included"""
+    trained: int
+    """the parameters that have gradients and AdamW moments"""
+    layer: int
+    """one decoder layer's stored parameters (their weight casts)"""
+    unit: int
+    """the root unit and one decoder layer, gathered together"""
+    unit_trained: int
+    """their trained part: the unsharded gradients"""
+    head: int
+    """the LM head's weight cast (the actor's; the critic has none)"""
+
+
+@dataclass
 class MemoryPlan:
     """Per-rank bytes of one training stage and of the vLLM engine beside it, against the device's memory."""
 
@@ -209,12 +275,41 @@ class MemoryPlan:
     """the colocated engine's gpu_memory_utilization (0: no engine on this GPU)"""
     vllm_sleeps: bool = True
     """engines.sleep: the engine sleeps while the stages train"""
+    actor_adapters: AdapterCounts | None = None
+    """the actor's LoRA adapters (`count_adapters`); None: every weight trains"""
+    critic_adapters: AdapterCounts | None = None
+    """the critic's LoRA adapters; None: every weight trains"""
+
+    def weights(self, name: str) -> StageWeights:
+        """The `actor` or `critic` stage's parameters: under LoRA the base is frozen and only adapters train."""
+        counts, actor = self.counts, name == "actor"
+        value_heads = 2 * (2 * (counts.hidden**2 + counts.hidden) + 2 * counts.hidden + 2)  # h->h->h->2, twice
+        root = counts.root_params if actor else counts.root_params - counts.head_params + value_heads
+        head = (counts.head_params or counts.vocab * counts.hidden) if actor else 0
+        adapters = self.actor_adapters if actor else self.critic_adapters
+        layer = counts.layer_params
+        if adapters is None:
+            stored = counts.layers * layer + root
+            return StageWeights(stored, stored, layer, root + layer, root + layer, head)
+        head_adapter = adapters.head_params if actor else 0
+        root_adapters = adapters.root_params - adapters.head_params + head_adapter
+        root_trained = root_adapters + (0 if actor else value_heads)
+        layer += adapters.layer_params
+        root += root_adapters
+        return StageWeights(
+            stored=counts.layers * layer + root,
+            trained=counts.layers * adapters.layer_params + root_trained,
+            layer=layer,
+            unit=root + layer,
+            unit_trained=root_trained + adapters.layer_params,
+            head=head + head_adapter,
+        )
 
     def stage(self, name: str) -> dict[str, int]:
         """Bytes per rank of the `actor` or `critic` stage's training, component by component."""
         counts, actor = self.counts, name == "actor"
-        value_heads = 2 * (2 * (counts.hidden**2 + counts.hidden) + 2 * counts.hidden + 2)  # h->h->h->2, twice
-        trained = counts.params if actor else counts.params - counts.head_params + value_heads
+        weights = self.weights(name)
+        stored, trained = weights.stored, weights.trained
         batch = self.actor_batch if actor else self.critic_batch
         sharded = self.strategy in SHARDED_STRATEGIES
         shards = self.ranks if sharded else 1
@@ -233,19 +328,18 @@ class MemoryPlan:
             activations = counts.layers * tokens * counts.hidden * compute + tokens * per_token_layer
         else:
             activations = counts.layers * tokens * per_token_layer
-        root = counts.root_params if actor else counts.root_params - counts.head_params + value_heads
-        gathered = (root + counts.layer_params) * master * (2 if shards > 1 else 1) if sharded else 0
-        head = (counts.head_params or counts.vocab * counts.hidden) if actor else 0
+        unsharded_gradients = weights.unit_trained if shards > 1 else 0
+        gathered = (weights.unit + unsharded_gradients) * master if sharded else 0
         cast_layers = 1 if self.activation_checkpointing else counts.layers
-        casts = 2 * (cast_layers * counts.layer_params + head) if mixed else 0
+        casts = 2 * (cast_layers * weights.layer + weights.head) if mixed else 0
         logits = batch * self.action_tokens * counts.vocab * LOGIT_BYTES if actor else 0
         backward_buffers = tokens * counts.intermediate * BACKWARD_BUFFER_BYTES
         step_temporary = trained * master // shards
         return {
-            "parameters": trained * master // shards,
+            "parameters": stored * master // shards,
             "gradients": trained * master // shards,
             "optimizer": 2 * trained * master // shards,
-            "reference": trained * master // shards if actor else 0,
+            "reference": stored * master // shards if actor and self.actor_adapters is None else 0,
             "gathered_units": gathered,
             "weight_casts": casts,
             "activations": activations,
