@@ -33,11 +33,24 @@ from pathlib import Path
 
 from recipes.filtered_bc_config import FilteredBCRunConfig
 from recipes.webrl import CONFIG_DIR, DEFAULT_CONFIG
+from webrl.baselines import rollouts_change
+from webrl.cache_builds import is_built
 from webrl.comparison import Comparison, Method
 from webrl.config_checks import ConfigError
 from webrl.data.atomic_io import write_json_atomic, write_text_atomic
 from webrl.loop_config import WebRLConfig
 from webrl.tracking import WANDB_ENVIRONMENT, setup_logging
+
+
+def filtered_bc_change(config: FilteredBCRunConfig, run_dir: Path) -> str:
+    """Why Filtered BC's result in `run_dir` was not made from the WebRL rollouts it reads now ('' when it was): a
+    WebRL run removed and run again leaves new rollouts where the old ones were (`rollouts_change`); the recipe,
+    run again, trains on the new ones."""
+    actor = run_dir / "actor"
+    if not is_built(actor):
+        return ""
+    return rollouts_change(actor, Path(config.filtered_bc.source_run), config.filtered_bc.source_phase)
+
 
 BELOW_WEBRL = "below WebRL"
 """The paper ranks Filtered BC, and each ablation (its Fig. 5), below full WebRL."""
@@ -54,6 +67,7 @@ METHODS = (
         overrides=("filtered_bc.source_run={root}/webrl",),
         evaluation="filtered_bc",
         requires="webrl",
+        stale=filtered_bc_change,
         reference="webrl",
         paper=BELOW_WEBRL,
     ),
@@ -138,12 +152,15 @@ def main(argv: list[str] | None = None) -> dict:
         **table.to_dict(),
         "commands": {run.method.name: run.command for run in comparison.runs},
         "failures": failures,
+        "warnings": comparison.warnings,
     }
     markdown = table.to_markdown()
     write_json_atomic(options.output_root / f"{TABLE_NAME}.json", record)
     write_text_atomic(options.output_root / f"{TABLE_NAME}.md", markdown)
     print(markdown)
     print(f"table: {options.output_root / TABLE_NAME}.md (.json)")
+    for name, why in comparison.warnings.items():
+        print(f"compare: warning: {name} {why}; its evaluation is in the table")
     if failures:
         named = "; ".join(f"{name} {why}" for name, why in failures.items())
         raise SystemExit(f"compare: the table holds the methods that finished; {len(failures)} did not: {named}")

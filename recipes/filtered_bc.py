@@ -9,8 +9,9 @@ SFT actor is trained further on them. Run the WebRL recipe first (it writes the 
 
 It prints SFT, Filtered BC and every finished WebRL phase side by side on the held-out tasks, and
 writes `<output_dir>/filtered_bc.json`. With several processes (`fabric.devices`), every rank trains and rank 0
-alone evaluates and writes. A relaunch reuses the trained actor (`<output_dir>/actor`) while the settings it was
-trained on hold; one that changes them on purpose (`resume.allow_changes=[filtered_bc.percentile]`) trains again.
+alone evaluates and writes. A relaunch reuses the trained actor (`<output_dir>/actor`) while the settings and the
+rollouts it was trained on hold; one that changes them on purpose (`resume.allow_changes=[filtered_bc.percentile]`)
+trains again, and so does one whose source run was run again (new rollouts in the same directory), saying so.
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ from typing import TYPE_CHECKING, Any
 from recipes.evaluate import evaluate_checkpoint
 from recipes.filtered_bc_config import FilteredBCConfig, FilteredBCRunConfig
 from recipes.webrl import launch_and_keep, recipe_config
-from webrl.baselines import phase_rollouts, successful, top_scored
+from webrl.baselines import (
+    INPUTS_KEY,
+    ROLLOUTS_KEY,
+    phase_rollouts,
+    recorded_inputs,
+    rollouts_change,
+    rollouts_sha256,
+    successful,
+    top_scored,
+)
 from webrl.cache_builds import DONE_MARKER, build_once, is_built
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import Trajectory, is_success
@@ -36,9 +46,6 @@ from webrl.web_environment import WebEnvironment
 
 if TYPE_CHECKING:
     from lightning.fabric import Fabric
-
-INPUTS_KEY = "inputs"
-"""The key of the actor's done marker that holds the settings it was trained on (`train_actor`)."""
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -99,23 +106,32 @@ def filtered_rollouts(settings: FilteredBCConfig) -> tuple[list[Trajectory], lis
 def train_actor(
     config: FilteredBCRunConfig, fabric: Fabric, sft: Path, trajectories: list[Trajectory], target: Path
 ) -> None:
-    """Train the actor at `target` on `trajectories`, unless one trained on the same settings stands there.
+    """Train the actor at `target` on `trajectories`, unless one trained on the same settings and rollouts stands there.
 
     The settings (`filtered_bc.*`, the seed, the SFT actor) are recorded in the actor's done marker, so that a
     relaunch that changes one on purpose (`resume.allow_changes=[filtered_bc.percentile]`) trains again instead
     of evaluating an actor of the old cut under the new cut's figures. A marker without them (an actor trained
     before they were recorded, or a save killed before they were added) is trusted only while the run has
-    accepted no change (config_changes.json): its settings are then those of every launch. Every rank trains or
-    reuses by rank 0's answer (`build_once`).
+    accepted no change (config_changes.json): its settings are then those of every launch. The digest of the source
+    rollouts is recorded beside them, since `filtered_bc.source_run` names a directory whose WebRL run can be
+    removed and run again: new rollouts train again, with a line naming the source run (`rollouts_change`, which
+    also says how an actor recorded before the digest was is judged). Every rank trains or reuses by rank 0's
+    answer (`build_once`).
     """
+    source, phase = Path(config.filtered_bc.source_run), config.filtered_bc.source_phase
     settings = {"filtered_bc": dataclasses.asdict(config.filtered_bc), "seed": config.seed, "sft": str(sft)}
-    inputs = json.loads(json.dumps(settings))  # as the marker holds them: tuples become lists
+    settings = json.loads(json.dumps(settings))  # as the marker holds them: tuples become lists
+    inputs = {**settings, ROLLOUTS_KEY: rollouts_sha256(source, phase)}
 
     def trained(path: Path) -> bool:
         if not is_built(path):
             return False
-        recorded = actor_marker(path).get(INPUTS_KEY)
-        return recorded == inputs if recorded is not None else not change_records(Path(config.output_dir))
+        recorded = recorded_inputs(path)
+        if recorded is None:
+            settings_hold = not change_records(Path(config.output_dir))
+        else:
+            settings_hold = {key: value for key, value in recorded.items() if key != ROLLOUTS_KEY} == settings
+        return settings_hold and not rollouts_change(path, source, phase)
 
     def train() -> None:
         from webrl.starting_models import train_sft
@@ -125,6 +141,8 @@ def train_actor(
         if fabric.is_global_zero:
             write_json_atomic(target / DONE_MARKER, {**actor_marker(target), INPUTS_KEY: inputs})
 
+    if is_built(target) and (change := rollouts_change(target, source, phase)):
+        fabric.print(f"[filtered_bc] {target}: {change}; training it again on them")
     build_once(target, train, fabric, done=trained)
 
 

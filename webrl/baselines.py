@@ -1,12 +1,21 @@
-"""Offline baselines WebRL is compared with: Filtered BC's choice of trajectories to clone."""
+"""Offline baselines WebRL is compared with: Filtered BC's choice of trajectories to clone, and what it cloned."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from pathlib import Path
+from typing import Any
 
+from webrl.cache_builds import DONE_MARKER
 from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, read_trajectories
 from webrl.run_layout import RunLayout
+
+INPUTS_KEY = "inputs"
+"""The key of the Filtered BC actor's done marker that holds what it was trained on (`recipes.filtered_bc`)."""
+ROLLOUTS_KEY = "rollouts_sha256"
+"""The key of those inputs that holds `rollouts_sha256` of the source rollouts it was trained on."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -59,3 +68,36 @@ def phase_rollouts(run_dir: Path, phase: int) -> list[Trajectory]:
     if not trajectories:
         raise ValueError(f"{path} holds no trajectory")
     return trajectories
+
+
+def rollouts_sha256(run_dir: Path, phase: int) -> str:
+    """SHA-256 of the bytes of `phase`'s labelled rollouts in a WebRL run directory.
+
+    The content, not the path: a WebRL run removed and run again in the same directory writes new rollouts under
+    the same name, and an actor cloned from the old ones must not pass for one cloned from the new.
+    """
+    return hashlib.sha256(RunLayout(run_dir).labelled_path(phase).read_bytes()).hexdigest()
+
+
+def recorded_inputs(actor: Path) -> dict[str, Any] | None:
+    """The inputs a trained Filtered BC actor's done marker records (None for an actor trained before they were)."""
+    return json.loads((Path(actor) / DONE_MARKER).read_text(encoding="utf-8")).get(INPUTS_KEY)
+
+
+def rollouts_change(actor: Path, run_dir: Path, phase: int) -> str:
+    """Why the Filtered BC actor at `actor` was not trained on the current phase-`phase` rollouts of `run_dir`; ''
+    when it was.
+
+    An actor recorded before the digest was (`ROLLOUTS_KEY` absent) is taken as trained on the rollouts when they
+    are older than its done marker: rollouts written after the actor was trained cannot be those it cloned, while
+    the others are those every launch of that run read.
+    """
+    labelled = RunLayout(run_dir).labelled_path(phase)
+    if not labelled.is_file():
+        return f"the phase-{phase} rollouts of {run_dir} it was trained on are gone ({labelled} does not exist)"
+    recorded = (recorded_inputs(actor) or {}).get(ROLLOUTS_KEY)
+    if recorded is None:
+        same = labelled.stat().st_mtime <= (Path(actor) / DONE_MARKER).stat().st_mtime
+    else:
+        same = recorded == rollouts_sha256(run_dir, phase)
+    return "" if same else f"it was trained on other phase-{phase} rollouts of {run_dir} than those it holds now"

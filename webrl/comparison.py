@@ -1,12 +1,12 @@
 """A comparison of methods: each a recipe with its config file, run once into `<output_root>/<method>`, then tabled.
 
-A method's run directory is reused when it already holds the method's final evaluation, so the
-command that builds the learning table can be rerun after a crash, with more methods, or only to
-rebuild the table. Every method gets the same common arguments (`--config FILE`, `key=value`), so one
-command tables the tiny default or SmolLM2 alike; a method's own file goes over the common ones (a common
-`key=value` of a key it sets is left out, with a line that says so) and its own overrides (the reward
-source, where Filtered BC reads its rollouts, `output_dir`) come last, so no common argument can turn one
-method into another.
+A method's run directory is reused when it already holds the method's final evaluation (made, for a method
+that reads another's run, from that run as it is now: `Method.stale`), so the command that builds the learning
+table can be rerun after a crash, with more methods, or only to rebuild the table. Every method gets the same
+common arguments (`--config FILE`, `key=value`), so one command tables the tiny default or SmolLM2 alike; a
+method's own file goes over the common ones (a common `key=value` of a key it sets is left out, with a line
+that says so) and its own overrides (the reward source, where Filtered BC reads its rollouts, `output_dir`)
+come last, so no common argument can turn one method into another.
 
 Before anything runs, every method's config is resolved and checked here, exactly as its recipe will
 resolve it, so a bad key stops the whole comparison at once rather than after hours; each run directory
@@ -24,7 +24,7 @@ import dataclasses
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +64,10 @@ class Method:
     """The `eval_<name>-<id>` name of a recipe's evaluation; empty for a WebRL run (its last phase's evaluation)."""
     requires: str = ""
     """A method whose run this one reads (Filtered BC filters WebRL's phase-1 rollouts)."""
+    stale: Callable[[WebRLConfig, Path], str] | None = None
+    """Given the method's config and run directory: why its result there no longer follows from the run it reads
+    ('' while it does). The run read can be removed and run again in the same place; a result made from the old
+    one is then run again rather than tabled beside the new one."""
     reference: str = ""
     """The method the paper ranks this one below (an ablation or baseline: full WebRL), when there is one."""
     paper: str = ""
@@ -105,6 +109,9 @@ class Comparison:
             if item.partition("=")[0].strip() == "output_dir":
                 raise ConfigError(f"{item!r}: each method runs in <output_root>/<method>; set --output-root instead")
         self.output_root = Path(output_root)
+        self.warnings: dict[str, str] = {}
+        """Methods whose launch by `run_missing` exited with an error after writing the final evaluation, which
+        is tabled (it exists and has the settings): what went wrong, for the record beside the table."""
         schemas = [_sections(method.schema) for method in [*methods, *family]]
         known, shared = set().union(*schemas), set.intersection(*schemas)
         self.runs = [
@@ -176,19 +183,27 @@ class Comparison:
                 _require_evaluated_as_configured(run)
 
     def result(self, run: PlannedRun) -> RunResult | None:
-        """The method's final evaluation with its config's settings, or None while it has none."""
+        """The method's final evaluation with its config's settings, or None while it has none or it is `stale`."""
         config = run.config
         if not run.method.evaluation:
             return loop_result(
                 run.method.name, run.run_dir, config.phases, suite=config.env.suite, split=config.env.test_split
             )
-        return recipe_result(run.method.name, run.run_dir, run.method.evaluation, evaluation_settings(config))
+        found = recipe_result(run.method.name, run.run_dir, run.method.evaluation, evaluation_settings(config))
+        return None if found is None or self.stale(run) else found
+
+    def stale(self, run: PlannedRun) -> str:
+        """Why the method's result no longer follows from the run it reads (`Method.stale`); '' when it does."""
+        check = run.method.stale
+        return check(run.config, run.run_dir) if check is not None else ""
 
     def run_missing(self, *, reuse_only: bool = False) -> dict[str, str]:
         """Run, in order, each method without a final evaluation (none with `reuse_only`); returns the failures.
 
         A method that fails is named and the others still run (those that read its run are skipped), so one
-        crash does not cost the rest of a comparison of several hours; the table then shows what finished.
+        crash does not cost the rest of a comparison of several hours; the table then shows what finished. One that
+        exits with an error after writing its final evaluation has finished: it is no failure (nor are the methods
+        that read it skipped), and its exit status goes to `warnings`.
         """
         self.check_run_dirs()
         failures: dict[str, str] = {}
@@ -201,6 +216,8 @@ class Comparison:
             if self.result(run) is not None:
                 print(f"[compare] {name}: reusing {run.run_dir}", flush=True)
                 continue
+            if why := self.stale(run):
+                print(f"[compare] {name}: not reusing {run.run_dir}: {why}", flush=True)
             if reuse_only:
                 print(f"[compare] {name}: no finished evaluation in {run.run_dir} (--reuse-only: not run)", flush=True)
                 continue
@@ -217,8 +234,12 @@ class Comparison:
                 # keeps what the launch finished, so its time belongs to the method's wall time too.
                 seconds = time.monotonic() - started
                 record_launch(run.run_dir, run.command, seconds, returncode, (before, run_progress(run.run_dir)))
-            if returncode != 0:
-                failures[name] = f"failed (exit status {returncode}): {' '.join(run.command)}"
+            command = " ".join(run.command)
+            if self.result(run) is not None and returncode != 0:
+                self.warnings[name] = f"exited with status {returncode} after writing its final evaluation: {command}"
+                print(f"[compare] {name}: warning: {self.warnings[name]} (tabled)", flush=True)
+            elif returncode != 0:
+                failures[name] = f"failed (exit status {returncode}): {command}"
             elif self.result(run) is None:
                 failures[name] = f"ended without its final evaluation in {run.run_dir}"
             if name in failures:
@@ -226,17 +247,25 @@ class Comparison:
         return failures
 
     def table(self, shown: list[str]) -> LearningTable:
-        """The learning table of the methods in `shown` (in this comparison's order) that have a final evaluation."""
+        """The learning table of the methods in `shown` (in this comparison's order) that have a final evaluation.
+
+        A method run only because a shown one reads it (WebRL, for `--methods sft,filtered_bc`) gets no row, but
+        its result still fills the cells of the shown rows that pair with it ("vs WebRL here").
+        """
         runs = [run for run in self.runs if run.method.name in shown]
         results = [result for result in map(self.result, runs) if result is not None]
+        references = self._references()
+        paired = {references[result.method] for result in results if result.method in references}
+        unshown = [run for run in self.runs if run.method.name in paired - set(shown)]
         methods = {run.method.name: run.method for run in self.runs}
         return LearningTable.build(
             results,
             train_templates(self.runs[0].config),
             labels={name: method.label for name, method in methods.items()},
-            references=self._references(),
+            references=references,
             paper={name: method.paper for name, method in methods.items()},
             missing=[run.method.name for run in runs],
+            unshown=[result for result in map(self.result, unshown) if result is not None],
         )
 
     def _references(self) -> dict[str, str]:

@@ -10,7 +10,7 @@ Success is also split by templates seen in training vs test-only, where generali
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from webrl.evaluation.breakdown import SEEN, TEST_ONLY, Rate, breakdown
@@ -100,18 +100,20 @@ class LearningTable:
         references: Mapping[str, str] | None = None,
         paper: Mapping[str, str] | None = None,
         missing: Collection[str] = (),
+        unshown: Sequence[RunResult] = (),
     ) -> LearningTable:
         """The table of `results` (at least one), each paired with `baseline` and with its reference when present.
 
         `references` maps a method to the one the paper ranks above it (an ablation to full WebRL);
-        `paper` holds each method's note on that ordering. Raises ValueError naming the methods when
+        `paper` holds each method's note on that ordering. `unshown`: results that get no row but are paired
+        with (a reference run only because a shown method reads it). Raises ValueError naming the methods when
         the results were evaluated on different tasks.
         """
         if not results:
             raise ValueError("no method has a finished evaluation to put in the table")
-        require_same_task_sets(results)
+        require_same_task_sets([*results, *unshown])
         labels, references, paper = labels or {}, references or {}, paper or {}
-        by_method = {result.method: result for result in results}
+        by_method = {result.method: result for result in [*unshown, *results]}
         rows = []
         for result in results:
             rates = breakdown(result.outcomes, seen_templates)
@@ -134,7 +136,7 @@ class LearningTable:
             )
         first = results[0]
         task_ids = sorted(first.tasks, key=task_order)
-        present = set(by_method)
+        present = {result.method for result in results}
         return cls(
             rows, baseline, first.suite, first.split, task_ids, [name for name in missing if name not in present]
         )
@@ -192,6 +194,9 @@ class LearningTable:
             "it); * = the sum of its phase times (cached builds left out), up to the table's phases for a longer run "
             "reused, or where the comparison's launches did not run all of it.",
         ]
+        unshown = sorted({row.vs_reference.against for row in self.rows if row.vs_reference} - set(labels))
+        if unshown:
+            notes.append(f"vs WebRL here pairs with {', '.join(unshown)}: run for the methods that read it, not shown.")
         if self.missing:
             notes.append(f"No finished evaluation yet: {', '.join(self.missing)}.")
         return "\n".join(lines + notes) + "\n"
