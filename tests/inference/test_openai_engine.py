@@ -21,7 +21,7 @@ import pytest
 from openai_server import free_port, vllm_server
 from stub_http import StubHandler, serve
 
-from webrl.inference.engine import SamplingParams, build_engine
+from webrl.inference.engine import PromptTooLongError, SamplingParams, build_engine
 from webrl.inference.hf import HFEngine
 from webrl.inference.openai import EngineRequestError, OpenAIEngine
 from webrl.modules.lm import load_model_and_tokenizer
@@ -47,6 +47,7 @@ def test_completion_mode_equals_the_reference_decoder(server, tiny_model_dir, pr
     engine = OpenAIEngine(server, return_token_ids=True, prompts_per_request=2)
     try:
         assert engine.model == str(tiny_model_dir)
+        assert engine.max_model_len == model.config.max_position_embeddings  # vLLM lists it with the model
         completions = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=10, logprobs=True))
     finally:
         engine.close()
@@ -317,3 +318,31 @@ def test_the_api_key_is_masked_where_a_server_echoes_it(stub_url, model, what) -
     assert what in str(raised.value) and "***" in str(raised.value)
     assert KEY not in shown
     assert KEY not in repr(engine)
+
+
+class _ListsContextLength(StubHandler):
+    """A server that lists its model's context length (vLLM's `max_model_len`) and answers any completion."""
+
+    def do_GET(self) -> None:
+        model = {"id": "m", "object": "model", "max_model_len": 24}
+        self.reply(200, JSON, json.dumps({"object": "list", "data": [model]}).encode())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        choices = [{"index": i, "text": "ok", "finish_reason": "stop"} for i in range(len(body["prompt"]))]
+        self.reply(200, JSON, json.dumps({"id": "c", "object": "text_completion", "choices": choices}).encode())
+
+
+@pytest.mark.parametrize("model", [None, "m"])
+def test_a_prompt_past_the_served_context_length_is_refused_as_too_long_before_it_is_sent(tiny_model_dir, model):
+    """The server's own refusal (an HTTP 400) would pass for an engine failure, retried and left out of the rates;
+    a prompt too long is the episode's own doing (`webrl.inference.rollout`), as with the local engines."""
+    _, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    with serve(_ListsContextLength) as url:
+        engine = OpenAIEngine(url, model=model, tokenizer=tokenizer, max_retries=0, timeout_s=5)
+        assert engine.max_model_len == 24
+        assert [c.text for c in engine.generate(["click"], SamplingParams(max_tokens=2))] == ["ok"]
+        with pytest.raises(PromptTooLongError) as refused:
+            engine.generate(["click", "type the words " * 20], SamplingParams(max_tokens=2))
+        engine.close()
+    assert (refused.value.index, refused.value.limit) == (1, 24) and refused.value.tokens >= 24

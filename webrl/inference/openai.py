@@ -39,7 +39,7 @@ from typing import Any
 import openai
 
 from webrl.data.prompts import prompt_token_ids
-from webrl.inference.engine import Completion, SamplingParams
+from webrl.inference.engine import Completion, SamplingParams, encode_prompts
 
 MODES = ("completion", "chat")
 
@@ -84,7 +84,7 @@ class OpenAIEngine:
         self.model = model  # what errors name while the server's models are listed
         self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout_s, max_retries=max_retries)
         try:
-            self.model = model or self._first_model()
+            self.model, self.max_model_len = self._served_model(model)
         except BaseException:
             # The caller gets no engine to close, so the client's connection pool would be left open.
             self.client.close()
@@ -120,9 +120,13 @@ class OpenAIEngine:
     def _encode(self, prompts: list[str]) -> list[str] | list[list[int]]:
         """What a completion request sends for `prompts`: their ids with a tokenizer (module docstring), else
         the strings. Encoded on the caller's thread, so the pool's threads share no tokenizer (a fast tokenizer
-        used by several threads at once can fail with "Already borrowed")."""
+        used by several threads at once can fail with "Already borrowed"). Where the server lists the model's
+        context length, a prompt with no room left is a `PromptTooLongError` before anything is sent, as with the
+        local engines: the server's own refusal (an HTTP 400) would pass for an engine failure."""
         if self.tokenizer is None:
             return prompts
+        if self.max_model_len is not None:
+            return encode_prompts(self.tokenizer, prompts, self.max_model_len)
         return [prompt_token_ids(self.tokenizer, prompt) for prompt in prompts]
 
     def _complete(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[Completion]:
@@ -216,14 +220,20 @@ class OpenAIEngine:
         """`err` to chain to our error, or None when its message holds the key: a traceback would print it."""
         return None if self._secret and self._secret in str(err) else err
 
-    def _first_model(self) -> str:
+    def _served_model(self, model: str | None) -> tuple[str, int | None]:
+        """The model to ask (`model`, else the first the server lists) and the context length the server lists for
+        it (vLLM's `max_model_len`; None where the server does not say, or, with `model` given, cannot list)."""
         try:
             models = self.client.models.list().data
         except openai.APIError as err:
+            if model:
+                return model, None
             raise self._error(f"cannot list models ({err})") from self._cause(err)
-        if not models:
+        if not models and not model:
             raise self._error("the server lists no models; pass model=")
-        return models[0].id
+        chosen = next((entry for entry in models if entry.id == model), None) if model else models[0]
+        length = (chosen.model_extra or {}).get("max_model_len") if chosen is not None else None
+        return model or models[0].id, int(length) if isinstance(length, int) else None
 
 
 def _load_tokenizer(tokenizer: Any) -> Any:

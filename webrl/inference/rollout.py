@@ -26,11 +26,11 @@ marked, and the labels and success rates leave it out (`rollout/infra_errors` co
 failure is told from the agent's by where it is raised: only the engine call for the episode's prompt
 counts; a response that does not parse or an action that fails is a step of the agent's, recorded by
 the episode without raising. One refusal of that call is the agent's too: a prompt the model has no room
-for (`PromptTooLongError`, from the hf and vllm engines). The prompt is the episode's own page and history,
-so a retry would fail the same way, and leaving the episode out would raise the success rate of an agent
-whose histories outgrow its model: the episode ends in "error" with the prompt's length in its reason,
-scored 0, not retried, and counted. Nor does such a refusal count toward, or break, an engine's run of
-failed calls: it says nothing about whether the engine is up.
+for (`PromptTooLongError`, from the hf and vllm engines, and the openai one where it can count). The prompt
+is the episode's own page and history, so a retry would fail the same way, and leaving the episode out
+would raise the success rate of an agent whose histories outgrow its model: the episode ends in "error"
+with the prompt's length in its reason, scored 0, not retried, and counted. Nor does such a refusal count
+toward, or break, an engine's run of failed calls: it says nothing about whether the engine is up.
 """
 
 from __future__ import annotations
