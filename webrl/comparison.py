@@ -234,13 +234,13 @@ class Comparison:
                 # keeps what the launch finished, so its time belongs to the method's wall time too.
                 seconds = time.monotonic() - started
                 record_launch(run.run_dir, run.command, seconds, returncode, (before, run_progress(run.run_dir)))
-            command = " ".join(run.command)
-            if self.result(run) is not None and returncode != 0:
+            command, finished = " ".join(run.command), self.result(run) is not None
+            if finished and returncode != 0:
                 self.warnings[name] = f"exited with status {returncode} after writing its final evaluation: {command}"
                 print(f"[compare] {name}: warning: {self.warnings[name]} (tabled)", flush=True)
             elif returncode != 0:
                 failures[name] = f"failed (exit status {returncode}): {command}"
-            elif self.result(run) is None:
+            elif not finished:
                 failures[name] = f"ended without its final evaluation in {run.run_dir}"
             if name in failures:
                 print(f"[compare] {name}: {failures[name]}", flush=True)
