@@ -33,7 +33,7 @@ from pathlib import Path
 
 from recipes.filtered_bc_config import FilteredBCRunConfig
 from recipes.webrl import CONFIG_DIR, DEFAULT_CONFIG
-from webrl.baselines import rollouts_change
+from webrl.baselines import rollouts_change, settings_change, trained_settings
 from webrl.cache_builds import is_built
 from webrl.comparison import Comparison, Method
 from webrl.config_checks import ConfigError
@@ -43,13 +43,23 @@ from webrl.tracking import WANDB_ENVIRONMENT, setup_logging
 
 
 def filtered_bc_change(config: FilteredBCRunConfig, run_dir: Path) -> str:
-    """Why Filtered BC's result in `run_dir` was not made from the WebRL rollouts it reads now ('' when it was): a
-    WebRL run removed and run again leaves new rollouts where the old ones were (`rollouts_change`); the recipe,
-    run again, trains on the new ones."""
+    """Why Filtered BC's result in `run_dir` was not made with the settings configured now or from the WebRL rollouts
+    it reads now ('' when it was); the recipe, run again, trains again for the same reasons.
+
+    A change of `filtered_bc.*` or the seed that `resume.allow_changes` accepted leaves the run directory check
+    and the evaluation's identity (the tasks and sampling) as they were, so the old actor's evaluation would be
+    found; unlike a WebRL run's evaluation (refused: the loop does not make it again), this one the recipe makes
+    again, as an SFT evaluation of other settings is, so the result is stale rather than refused (`settings_change`
+    is the recipe's own test). A WebRL run removed and run again leaves new rollouts where the old ones were
+    (`rollouts_change`). The SFT actor the recipe starts from is named by a cache key of its demonstrations, which
+    only the recipe builds, so it is not compared here.
+    """
     actor = run_dir / "actor"
     if not is_built(actor):
         return ""
-    return rollouts_change(actor, Path(config.filtered_bc.source_run), config.filtered_bc.source_phase)
+    settings = trained_settings(config.filtered_bc, config.seed)
+    source, phase = Path(config.filtered_bc.source_run), config.filtered_bc.source_phase
+    return settings_change(actor, settings, run_dir) or rollouts_change(actor, source, phase)
 
 
 BELOW_WEBRL = "below WebRL"

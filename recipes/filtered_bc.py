@@ -16,7 +16,6 @@ trains again, and so does one whose source run was run again (new rollouts in th
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -29,17 +28,17 @@ from webrl.baselines import (
     INPUTS_KEY,
     ROLLOUTS_KEY,
     phase_rollouts,
-    recorded_inputs,
     rollouts_change,
     rollouts_sha256,
+    settings_change,
     successful,
     top_scored,
+    trained_settings,
 )
 from webrl.cache_builds import DONE_MARKER, build_once, is_built
 from webrl.data.atomic_io import write_json_atomic
 from webrl.data.trajectory import Trajectory, is_success
 from webrl.report import format_comparison
-from webrl.run_config import change_records
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState
 from webrl.web_environment import WebEnvironment
@@ -110,28 +109,22 @@ def train_actor(
 
     The settings (`filtered_bc.*`, the seed, the SFT actor) are recorded in the actor's done marker, so that a
     relaunch that changes one on purpose (`resume.allow_changes=[filtered_bc.percentile]`) trains again instead
-    of evaluating an actor of the old cut under the new cut's figures. A marker without them (an actor trained
-    before they were recorded, or a save killed before they were added) is trusted only while the run has
-    accepted no change (config_changes.json): its settings are then those of every launch. The digest of the source
-    rollouts is recorded beside them, since `filtered_bc.source_run` names a directory whose WebRL run can be
-    removed and run again: new rollouts train again, with a line naming the source run (`rollouts_change`, which
-    also says how an actor recorded before the digest was is judged). Every rank trains or reuses by rank 0's
-    answer (`build_once`).
+    of evaluating an actor of the old cut under the new cut's figures (`settings_change`, which also says how a
+    marker without them is judged, and which the comparison asks too). The digest of the source rollouts is
+    recorded beside them, since `filtered_bc.source_run` names a directory whose WebRL run can be removed and
+    run again: new rollouts train again (`rollouts_change`, which also says how an actor recorded before the
+    digest was is judged). Either is named in a line before the actor is trained again. Every rank trains or
+    reuses by rank 0's answer (`build_once`).
     """
     source, phase = Path(config.filtered_bc.source_run), config.filtered_bc.source_phase
-    settings = {"filtered_bc": dataclasses.asdict(config.filtered_bc), "seed": config.seed, "sft": str(sft)}
-    settings = json.loads(json.dumps(settings))  # as the marker holds them: tuples become lists
+    settings = trained_settings(config.filtered_bc, config.seed, sft)
     inputs = {**settings, ROLLOUTS_KEY: rollouts_sha256(source, phase)}
 
+    def change(path: Path) -> str:
+        return settings_change(path, settings, Path(config.output_dir)) or rollouts_change(path, source, phase)
+
     def trained(path: Path) -> bool:
-        if not is_built(path):
-            return False
-        recorded = recorded_inputs(path)
-        if recorded is None:
-            settings_hold = not change_records(Path(config.output_dir))
-        else:
-            settings_hold = {key: value for key, value in recorded.items() if key != ROLLOUTS_KEY} == settings
-        return settings_hold and not rollouts_change(path, source, phase)
+        return is_built(path) and not change(path)
 
     def train() -> None:
         from webrl.starting_models import train_sft
@@ -141,8 +134,8 @@ def train_actor(
         if fabric.is_global_zero:
             write_json_atomic(target / DONE_MARKER, {**actor_marker(target), INPUTS_KEY: inputs})
 
-    if is_built(target) and (change := rollouts_change(target, source, phase)):
-        fabric.print(f"[filtered_bc] {target}: {change}; training it again on them")
+    if is_built(target) and (why := change(target)):
+        fabric.print(f"[filtered_bc] {target}: {why}; training it again")
     build_once(target, train, fabric, done=trained)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -10,6 +11,7 @@ from typing import Any
 
 from webrl.cache_builds import DONE_MARKER
 from webrl.data.trajectory import SUCCESS_THRESHOLD, Trajectory, read_trajectories
+from webrl.run_config import change_records, changed_keys, describe_changes
 from webrl.run_layout import RunLayout
 
 INPUTS_KEY = "inputs"
@@ -82,6 +84,32 @@ def rollouts_sha256(run_dir: Path, phase: int) -> str:
 def recorded_inputs(actor: Path) -> dict[str, Any] | None:
     """The inputs a trained Filtered BC actor's done marker records (None for an actor trained before they were)."""
     return json.loads((Path(actor) / DONE_MARKER).read_text(encoding="utf-8")).get(INPUTS_KEY)
+
+
+def trained_settings(filtered_bc: Any, seed: int, sft: Path | None = None) -> dict[str, Any]:
+    """The settings a Filtered BC actor's done marker records it was trained with, as the marker holds them (tuples
+    become lists): the `filtered_bc` section, the seed and, when given, the SFT actor it started from."""
+    settings = {"filtered_bc": dataclasses.asdict(filtered_bc), "seed": seed}
+    if sft is not None:
+        settings["sft"] = str(sft)
+    return json.loads(json.dumps(settings))
+
+
+def settings_change(actor: Path, settings: dict[str, Any], run_dir: Path) -> str:
+    """Why the Filtered BC actor at `actor` was not trained with `settings` (`trained_settings`; only the keys given
+    are compared), '' when it was.
+
+    The recipe, which knows the SFT actor, decides by this whether to train again; the comparison, which does not,
+    whether the result is stale: one answer for both, so that a result the comparison runs again is one the recipe
+    trains again. An actor recorded before its settings were is taken as trained with the run's settings while
+    the run (`run_dir`) has accepted no change (config_changes.json): they are then those of every launch.
+    """
+    recorded = recorded_inputs(actor)
+    if recorded is None:
+        accepted = change_records(run_dir)
+        return "it records no settings, and the run has accepted changes since its first launch" if accepted else ""
+    changes = changed_keys({key: recorded.get(key) for key in settings}, settings, {})
+    return f"it was trained with other settings ({describe_changes(changes)})" if changes else ""
 
 
 def rollouts_change(actor: Path, run_dir: Path, phase: int) -> str:

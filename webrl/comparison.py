@@ -1,12 +1,12 @@
 """A comparison of methods: each a recipe with its config file, run once into `<output_root>/<method>`, then tabled.
 
 A method's run directory is reused when it already holds the method's final evaluation (made, for a method
-that reads another's run, from that run as it is now: `Method.stale`), so the command that builds the learning
-table can be rerun after a crash, with more methods, or only to rebuild the table. Every method gets the same
-common arguments (`--config FILE`, `key=value`), so one command tables the tiny default or SmolLM2 alike; a
-method's own file goes over the common ones (a common `key=value` of a key it sets is left out, with a line
-that says so) and its own overrides (the reward source, where Filtered BC reads its rollouts, `output_dir`)
-come last, so no common argument can turn one method into another.
+that can tell, with its settings now and from the run it reads as it is now: `Method.stale`), so the command
+that builds the learning table can be rerun after a crash, with more methods, or only to rebuild the table.
+Every method gets the same common arguments (`--config FILE`, `key=value`), so one command tables the tiny
+default or SmolLM2 alike; a method's own file goes over the common ones (a common `key=value` of a key it sets
+is left out, with a line that says so) and its own overrides (the reward source, where Filtered BC reads its
+rollouts, `output_dir`) come last, so no common argument can turn one method into another.
 
 Before anything runs, every method's config is resolved and checked here, exactly as its recipe will
 resolve it, so a bad key stops the whole comparison at once rather than after hours; each run directory
@@ -19,7 +19,6 @@ again on the outcomes themselves.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import subprocess
 import sys
@@ -35,7 +34,6 @@ from webrl.evaluation.learning_table import LearningTable
 from webrl.evaluation.run_results import RunResult, loop_result, recipe_result, record_launch, run_progress
 from webrl.loop_config import WebRLConfig
 from webrl.run_config import (
-    ABSENT,
     changed_keys,
     check_run_config,
     describe_changes,
@@ -65,9 +63,10 @@ class Method:
     requires: str = ""
     """A method whose run this one reads (Filtered BC filters WebRL's phase-1 rollouts)."""
     stale: Callable[[WebRLConfig, Path], str] | None = None
-    """Given the method's config and run directory: why its result there no longer follows from the run it reads
-    ('' while it does). The run read can be removed and run again in the same place; a result made from the old
-    one is then run again rather than tabled beside the new one."""
+    """Given the method's config and run directory: why its result there no longer follows from its settings or the
+    run it reads ('' while it does). A change of settings that `resume.allow_changes` accepted can leave the
+    evaluation's identity as it was, and the run read can be removed and run again in the same place; a result
+    made before is then run again rather than tabled as the new settings' or beside the new run."""
     reference: str = ""
     """The method the paper ranks this one below (an ablation or baseline: full WebRL), when there is one."""
     paper: str = ""
@@ -193,7 +192,8 @@ class Comparison:
         return None if found is None or self.stale(run) else found
 
     def stale(self, run: PlannedRun) -> str:
-        """Why the method's result no longer follows from the run it reads (`Method.stale`); '' when it does."""
+        """Why the method's result no longer follows from its settings or the run it reads (`Method.stale`); '' when it
+        does."""
         check = run.method.stale
         return check(run.config, run.run_dir) if check is not None else ""
 
@@ -292,8 +292,8 @@ class Comparison:
 
 
 def _require_evaluated_as_configured(run: PlannedRun) -> None:
-    """Stop, naming the method and the keys, if a WebRL run's evaluation of the table's phase is already made, with
-    evaluation settings other than the comparison's.
+    """Stop, naming the settings, if a WebRL run's evaluation of the table's phase is already made, with evaluation
+    settings other than the comparison's.
 
     The run directory check compares the run's latest settings, and lets `resume.allow_changes` through: a change it
     allowed applies from a relaunch's next stage, and an evaluation already made is not made again, nor is one
@@ -303,44 +303,55 @@ def _require_evaluated_as_configured(run: PlannedRun) -> None:
     phase, layout = run.config.phases, RunLayout(run.run_dir)
     if not layout.state_path.exists() or not RunState.load(layout.state_path).is_done(phase, "evaluate"):
         return
-    saved = effective_config(run.run_dir, (phase, "evaluate"))
-    if saved is None:
+    made = evaluated_settings(run.run_dir, phase, type(run.config))
+    differing = changed_keys(made, evaluation_settings(run.config), {}) if made is not None else {}
+    if not differing:
         return
+    saved = effective_config(run.run_dir, (phase, "evaluate")) or {}
     current, defaults = dataclasses.asdict(run.config), dataclasses.asdict(type(run.config)())
     changes = changed_keys(saved, current, defaults, saved_keys(run.run_dir))
-    settings = evaluation_settings(run.config)
-    flat_defaults = flatten(defaults)
-    differing = {
-        key: values
-        for key, values in changes.items()
-        if evaluation_settings(_with_value(run.config, key, values[0], flat_defaults)) != settings
-    }
-    if differing:
-        raise ConfigError(
-            f"method {run.method.name}: the phase-{phase} evaluation in {run.run_dir} was made with other evaluation "
-            f"settings ({describe_changes(differing)}) and is not made again; table these settings from another "
-            f"--output-root, or remove {run.run_dir}"
-        )
+    raise ConfigError(
+        f"method {run.method.name}: the phase-{phase} evaluation in {run.run_dir} was made with other evaluation "
+        f"settings ({describe_changes(differing)}; the changes accepted since it was made: {describe_changes(changes)})"
+        f" and is not made again; table these settings from another --output-root, or remove {run.run_dir}"
+    )
 
 
-def _with_value(config: WebRLConfig, key: str, value: object, defaults: dict[str, object]) -> WebRLConfig:
-    """A copy of `config` with the flattened `key` set to `value` (a dict entry removed, or a field set to its
-    default, where `value` is `ABSENT`: the run's settings lacked it)."""
-    changed = copy.deepcopy(config)
-    *parents, leaf = key.split(".")
-    node: object = changed
-    for part in parents:
-        node = node.setdefault(part, {}) if isinstance(node, dict) else getattr(node, part, None)
-        if node is None:
-            return changed
-    if isinstance(node, dict):
-        if value is ABSENT:
-            node.pop(leaf, None)
+def evaluated_settings(run_dir: Path, phase: int, schema: type[WebRLConfig] = WebRLConfig) -> dict[str, object] | None:
+    """The evaluation settings (`evaluation_settings`) the WebRL run in `run_dir` made its phase-`phase` held-out
+    evaluation with: those of its config.json with the changes in force at that stage; None without config.json.
+
+    The loop records no identity with its evaluations (a recipe's `eval_<name>-<id>.json` does), so they are
+    rebuilt from the settings the run kept, as the whole config: the settings derive from several sections.
+    """
+    saved = effective_config(run_dir, (phase, "evaluate"))
+    return None if saved is None else evaluation_settings(_saved_config(schema, saved))
+
+
+def _saved_config(schema: type[WebRLConfig], settings: Mapping[str, object]) -> WebRLConfig:
+    """A `schema` config as `settings` (a run's saved config, as config.json holds it) records it, `resolve`d.
+
+    A key the schema no longer has is left out, and one the settings lack (added to the schema since) keeps its
+    default, which keeps the behaviour from before it (as `changed_keys` reads them); nothing is checked, since
+    values a run was started with are what they were, even where the schema's checks have since grown stricter.
+    """
+    config = schema()
+    _fill(config, settings)
+    config.resolve()
+    return config
+
+
+def _fill(section: object, values: Mapping[str, object]) -> None:
+    """Set each field of the dataclass `section` that `values` holds, a section's fields one by one (a mapping
+    field, `env.url_map`, whole)."""
+    for item in dataclasses.fields(section):
+        if item.name not in values:
+            continue
+        value, current = values[item.name], getattr(section, item.name)
+        if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
+            _fill(current, value)
         else:
-            node[leaf] = value
-    elif hasattr(node, leaf):
-        setattr(node, leaf, defaults.get(key) if value is ABSENT else value)
-    return changed
+            setattr(section, item.name, value)
 
 
 def _key(override: str) -> str:

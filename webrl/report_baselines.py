@@ -7,19 +7,24 @@ a WebRL run evaluates after every phase (`phase_NNN/eval.rankR.jsonl`), drawn as
 the SFT and Filtered BC recipes evaluate one checkpoint (`eval_<name>-<id>.json` beside its `.jsonl`),
 drawn as a level line. A sibling is drawn only when the comparison launched it (it holds the
 comparison's `launches.json`: an unrelated run that happens to sit beside this one is no baseline)
-and it was evaluated on the run's own held-out tasks (a rate over other tasks is no comparison); a
-baseline named on the command line is always drawn, and the table says when its tasks differ.
+and it was evaluated on the run's own held-out tasks with the run's evaluation settings (a rate over
+other tasks, or over the same tasks with other steps, sampling or page budget, is no comparison;
+`resume.allow_changes` can change those settings for a run's later evaluations only); a baseline named
+on the command line is always drawn, and the table says when its tasks differ.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from webrl.data.trajectory import Trajectory, read_trajectories
 from webrl.report_data import Rate, rates_by_site
+from webrl.run_config import changed_keys, describe_changes
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState
 
@@ -39,6 +44,9 @@ class Baseline:
     """Task ids of the evaluation compared (a WebRL run's last evaluated phase)."""
     same_tasks: bool = True
     """Whether `tasks` are the report's run's held-out tasks."""
+    settings: dict[str, Any] | None = None
+    """The evaluation settings (`webrl.evaluation.identity.evaluation_settings`) of that evaluation; None where the
+    run directory does not record them (a WebRL run without config.json, an evaluation JSON without its identity)."""
 
     @property
     def label(self) -> str:
@@ -60,7 +68,8 @@ def read_baseline(run_dir: Path) -> Baseline | None:
         if rate is not None:
             per_phase[phase], last = rate, evaluations
     if per_phase:
-        return Baseline(run_dir.name, run_dir, per_phase=per_phase, tasks=_task_ids(last))
+        settings = _loop_settings(run_dir, max(per_phase))
+        return Baseline(run_dir.name, run_dir, per_phase=per_phase, tasks=_task_ids(last), settings=settings)
     finished = [p for p in run_dir.glob("eval_*-*.json") if p.with_suffix(".jsonl").is_file()]
     if not finished:
         return None
@@ -69,11 +78,13 @@ def read_baseline(run_dir: Path) -> Baseline | None:
     rate = rates_by_site(evaluations, "eval_reward").get("all")
     if rate is None:
         return None
-    return Baseline(run_dir.name, newest, checkpoint=rate, tasks=_task_ids(evaluations))
+    settings = _recorded_settings(newest)
+    return Baseline(run_dir.name, newest, checkpoint=rate, tasks=_task_ids(evaluations), settings=settings)
 
 
 def find_baselines(root: Path, tasks: set[str], *, named: Sequence[Path] = (), siblings: bool = True) -> list[Baseline]:
-    """The `named` runs, then the siblings of `root` a comparison launched and evaluated on `tasks` (task ids)."""
+    """The `named` runs, then the siblings of `root` a comparison launched and evaluated on `tasks` (task ids) with
+    the evaluation settings of `root`'s own held-out evaluation (`_comparable`)."""
     out: list[Baseline] = []
     seen = {root.resolve()}
     for run_dir in named:
@@ -89,13 +100,35 @@ def find_baselines(root: Path, tasks: set[str], *, named: Sequence[Path] = (), s
     from webrl.evaluation.run_results import LAUNCHES_FILE
 
     if siblings and tasks:
-        for run_dir in sorted(root.resolve().parent.glob(f"*/{LAUNCHES_FILE}")):
-            if run_dir.parent in seen:
-                continue
-            baseline = _read(run_dir.parent)
-            if baseline is not None and baseline.tasks == tasks:
-                out.append(baseline)
+        launched = [path.parent for path in sorted(root.resolve().parent.glob(f"*/{LAUNCHES_FILE}"))]
+        found = [_read(run_dir) for run_dir in launched if run_dir not in seen]
+        same_tasks = [baseline for baseline in found if baseline is not None and baseline.tasks == tasks]
+        own = _read(root) if same_tasks else None
+        out.extend(baseline for baseline in same_tasks if _comparable(baseline, own))
     return out
+
+
+def _comparable(sibling: Baseline, own: Baseline | None) -> bool:
+    """Whether `sibling`'s evaluation was made with the evaluation settings of the run's own (`own`), logging why not.
+
+    The same task ids are not enough: a sibling evaluated with other steps or sampling (a comparison relaunched
+    with `env.max_steps=6 resume.allow_changes=[env.max_steps]` evaluates its recipes again, not this run) scores
+    other episodes. Where the run's own settings are unknown (no config.json), the task ids alone decide.
+    """
+    if own is None or own.settings is None:
+        return True
+    if sibling.settings is None:
+        log.info("report: %s is no baseline: its evaluation records no settings to compare", sibling.source)
+        return False
+    differing = changed_keys(sibling.settings, own.settings, {})
+    if differing:
+        log.info(
+            "report: %s is no baseline: evaluated with other settings than this run's held-out evaluation (its → "
+            "this run's: %s)",
+            sibling.source,
+            describe_changes(differing),
+        )
+    return not differing
 
 
 def _read(run_dir: Path) -> Baseline | None:
@@ -104,6 +137,23 @@ def _read(run_dir: Path) -> Baseline | None:
     except (OSError, ValueError, KeyError) as err:
         log.warning("report: cannot read a baseline from %s (%s)", run_dir, err)
         return None
+
+
+def _loop_settings(run_dir: Path, phase: int) -> dict[str, Any] | None:
+    """The evaluation settings of a WebRL run's phase-`phase` evaluation, from the settings it kept (config.json)."""
+    # Imported here, as LAUNCHES_FILE is: the comparison imports the run config, whose tracking section writes this
+    # report.
+    from webrl.comparison import evaluated_settings
+
+    return evaluated_settings(run_dir, phase)
+
+
+def _recorded_settings(evaluation: Path) -> dict[str, Any] | None:
+    """The evaluation settings a recipe's `eval_<name>-<id>.json` records: its identity without the checkpoint."""
+    from webrl.evaluation.identity import CHECKPOINT_KEYS
+
+    identity = json.loads(evaluation.read_text(encoding="utf-8")).get("identity")
+    return None if identity is None else {key: value for key, value in identity.items() if key not in CHECKPOINT_KEYS}
 
 
 def _task_ids(trajectories: list[Trajectory]) -> frozenset[str]:

@@ -10,7 +10,7 @@ import pytest
 from recipes import compare
 from recipes.webrl import DEFAULT_CONFIG, recipe_config
 from tests.recipes.test_compare import keep_loop_configs, write_loop_run, write_sft_run
-from webrl.comparison import Comparison, Method
+from webrl.comparison import Comparison, Method, evaluated_settings
 from webrl.data.atomic_io import write_json_atomic
 from webrl.evaluation.identity import evaluation_settings
 from webrl.evaluation.run_results import launch_seconds
@@ -46,6 +46,23 @@ def test_a_change_recorded_after_the_tables_phase_leaves_its_evaluation_out(tmp_
     RunLayout(root / "webrl").config_changes_path.write_text(json.dumps([record]))
     with pytest.raises(SystemExit, match=r"method webrl: the phase-1 evaluation .*env\.max_steps 5 → 6"):
         compare.main(["--reuse-only", "--output-root", str(root), "--methods", "webrl", *quick, "env.max_steps=6"])
+
+
+def test_a_webrl_evaluations_settings_are_rebuilt_from_the_settings_the_run_kept(tmp_path, quick):
+    """config.json holds a key and a section since dropped from the schema and lacks one added since (its default
+    keeps the behaviour from before it); a change accepted from phase 2 on applies to phase 2's evaluation only."""
+    root = tmp_path / "cmp"
+    keep_loop_configs(root, quick, "webrl")
+    layout = RunLayout(root / "webrl")
+    saved = json.loads(layout.config_path.read_text())
+    saved["env"]["dropped_key"], saved["dropped_section"] = 3, {"x": 1}
+    del saved["env"]["max_repeated_actions"]
+    write_json_atomic(layout.config_path, saved)
+    write_json_atomic(layout.config_changes_path, [{"from_phase": 2, "changes": {"env.max_steps": [5, 6]}}])
+    started = evaluation_settings(recipe_config(quick))
+    assert evaluated_settings(layout.root, 1) == started
+    assert evaluated_settings(layout.root, 2) == {**started, "max_steps": 6}
+    assert evaluated_settings(tmp_path / "elsewhere", 1) is None
 
 
 def test_a_change_of_other_settings_keeps_the_evaluation(tmp_path, quick):
