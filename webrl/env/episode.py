@@ -14,7 +14,7 @@ task's sites is followed, and the tab it came from stays open as history: Go Bac
 tab's first page returns to it (closing the new tab), and so does a followed tab the page closes itself
 (window.close()). A tab opened outside the sites is closed. A page that closes the episode's last tab (Chromium
 lets window.close() close a tab whose history has one entry) ends the episode as "error", the page's or the
-agent's doing, not the browser's.
+agent's doing, not the browser's, whether it closes during a step or while the start page is being opened.
 
 Native dialogs are answered as a person who meant the click would (webrl.env.dialogs: `alert` and `confirm`
 accepted, `prompt` dismissed), and the next observation starts with what the page asked
@@ -45,7 +45,7 @@ from webrl.env.site_guard import SiteGuard
 if TYPE_CHECKING:
     from webrl.env.episode_context import FreshContext, ReusedContext
 
-_TAB_CLOSED = "the page closed its tab during step {step} (window.close()), and the episode has no other tab"
+_TAB_CLOSED = "the page closed its tab during {when} (window.close()), and the episode has no other tab"
 """Why an episode ended whose page closed its last tab: the page's or the agent's doing, not the browser's."""
 # Errors that mean "the browser side failed", as opposed to bugs in webrl or a backend.
 _BROWSER_ERRORS = (PlaywrightError, PageGoneError, asyncio.TimeoutError, OSError)
@@ -115,8 +115,9 @@ class Episode:
     async def reset(self) -> Observation:
         """Open the start page and return the first observation.
 
-        If the site or browser fails here, the episode ends at once with status "error" (see
-        `done`) and an empty observation is returned, so a rollout loop never has to catch.
+        If the site or browser fails here, or the start page closes its tab (`_reset_error`), the episode ends at
+        once with status "error" (see `done`) and an empty observation is returned, so a rollout loop never has to
+        catch.
         """
         if self.page is not None or self.done:
             raise RuntimeError(f"episode for task {self.task.task_id} was already reset")
@@ -128,15 +129,8 @@ class Episode:
             await self._holder.started(self._on_new_tab)
             return await self._observe()
         except _BROWSER_ERRORS as err:
-            reason = _describe(err)
-            if self.trajectory.metadata["blocked_navigations"]:
-                # A start page that redirects off the site fails here, its navigation refused. A refused font or
-                # script of a slow start page is no such sign: the site failed, and that is worth another try.
-                reason += f" (requests outside the task's sites refused: {self.trajectory.metadata['blocked_urls']})"
-            else:
-                # Not the allowlist (the task's own fault) but the browser or the site: worth another try.
-                self.trajectory.metadata["infra_error"] = True
-            self._end("error", f"reset failed: {reason}")
+            closed = await _closed_by_its_page(self.page, self.context)
+            self._end("error", _reset_error(self.trajectory.metadata, err, closed_by_its_page=closed))
             return self._observation
 
     def _on_new_tab(self, page: Any) -> None:
@@ -243,7 +237,7 @@ class Episode:
         except _BROWSER_ERRORS as err:
             step = len(self.trajectory.steps)
             if await _closed_by_its_page(self.page, self.context):
-                return error, ("error", _TAB_CLOSED.format(step=step))
+                return error, ("error", _TAB_CLOSED.format(when=f"step {step}"))
             self.trajectory.metadata["infra_error"] = True
             return error, ("error", f"browser failed during step {step}: {_describe(err)}")
         return error, None
@@ -325,6 +319,27 @@ def _opener_tab(page: Any, history_tabs: list[Any]) -> Any | None:
     while page.is_closed() and history_tabs:
         page = history_tabs.pop()
     return None if page.is_closed() else page
+
+
+def _reset_error(metadata: dict[str, Any], err: BaseException, *, closed_by_its_page: bool) -> str:
+    """Why the reset that `err` stopped failed; `metadata` is marked an `infra_error` when the browser or site failed.
+
+    A start page that closed its own tab (`closed_by_its_page`: window.close(), legal once the tab's history has one
+    entry) is the task's site doing what it does every time, as when it does so during a step (`_TAB_CLOSED`): a
+    retry would end the same way, and an infra_error would keep the task out of every rate. Whether that close lands
+    during the reset or just after it is a matter of timing, so both end the episode as its own "error".
+    """
+    if closed_by_its_page:
+        return _TAB_CLOSED.format(when="reset")
+    reason = _describe(err)
+    if metadata["blocked_navigations"]:
+        # A start page that redirects off the site fails here, its navigation refused. A refused font or
+        # script of a slow start page is no such sign: the site failed, and that is worth another try.
+        reason += f" (requests outside the task's sites refused: {metadata['blocked_urls']})"
+    else:
+        # Not the allowlist (the task's own fault) but the browser or the site: worth another try.
+        metadata["infra_error"] = True
+    return f"reset failed: {reason}"
 
 
 def _set_timeouts(page: Any, limits: EpisodeLimits) -> None:

@@ -1,6 +1,7 @@
 """Carry out a parsed Action in a Playwright page.
 
-Element N is `[data-webrl-id="N"]`, stamped by the latest observation. A failed action (element
+Element N is `[data-webrl-id="N"]`, stamped by the latest observation, and is the element that observation
+labelled even when the page has copied it since (the copy carries the stamp). A failed action (element
 missing, not editable, option absent, timeout) is returned as an error string that the episode
 records on the step and shows the agent next turn: a wrong click is the agent's mistake to learn
 from, not a crash. Only a page or browser that is gone raises (`PageGoneError`), because then the
@@ -70,9 +71,10 @@ NO_EARLIER_PAGE = "there is no earlier page in this tab's history"
 # select_option waiting for its timeout. For a Type or Search into a plain text field (`fill`), it
 # also does what Playwright's fill does there: select the field's text and focus it (`typing`). For a
 # Click on a link that opens a tab, it records the click event (`__webrlClick`), so that a click the
-# page handles itself is not waited on for a tab.
+# page handles itself is not waited on for a tab. Element N is the element the observation labelled N
+# (`labelled`), even when the page has copied it since.
 _INSPECT_JS = """
-({selector, wanted, reach, click, fill, head}) => {
+({selector, id, wanted, reach, click, fill, head}) => {
   const WHOLE_VALUE_TYPES = new Set(["color", "date", "datetime-local", "month", "range", "time", "week"]);
   // The fields Playwright's fill types into (input of these types, textarea) once they are visible, enabled,
   // editable and not inert, as it checks them. Anything else (a contenteditable, a number or date input, a
@@ -85,7 +87,21 @@ _INSPECT_JS = """
     const box = el.getBoundingClientRect();
     return el.checkVisibility() && getComputedStyle(el).visibility === "visible" && box.width > 0 && box.height > 0;
   };
-  const el = document.querySelector(selector);
+  // The element the observation labelled N (`__webrlLabelled`, webrl.env.observation_script), wherever the page
+  // moved it. A copy the page made of it since (cloneNode copies the stamp) loses the stamp, so that the selector,
+  // and Playwright's calls after this script, find that element alone. When it is gone, a copy left alone stands in
+  // for it (the page re-rendered it); several copies are ambiguous, and none is acted on.
+  const labelled = () => {
+    const stamped = Array.from(document.querySelectorAll(selector));
+    const seen = (window.__webrlLabelled || [])[Number(id)];
+    if (!seen || !seen.isConnected) return stamped.length > 1 ? {copies: stamped.length} : {el: stamped[0] || null};
+    for (const copy of stamped) if (copy !== seen) copy.removeAttribute("data-webrl-id");
+    seen.setAttribute("data-webrl-id", id);
+    return {el: seen};
+  };
+  const found = labelled();
+  if (found.copies) return {copies: found.copies};
+  const el = found.el;
   if (!el) return null;
   const link = el.closest("a[href]");
   const info = {opensTab: !!link && link.target === "_blank", isSelect: el.localName === "select", option: -1};
@@ -95,7 +111,9 @@ _INSPECT_JS = """
   // What Playwright's fill and select_option would wait on until their timeout: a disabled or read-only field.
   info.disabled = el.matches(":disabled") || (!reach && el.closest('[aria-disabled="true"]') !== null);
   info.readOnly = fill && (el.readOnly === true || el.getAttribute("aria-readonly") === "true");
-  info.typing = fill && plainTextField(el);
+  // A line break before the last character cannot go into a single-line input (`_breaks_a_line`): left untouched.
+  info.breaksLine = fill && el.localName === "input" && /[\\r\\n]/.test(head);
+  info.typing = fill && !info.breaksLine && plainTextField(el);
   // Inputs given their whole text by one Playwright fill: a date, time, colour or range typed key by key is not
   // one. Nor is a number whose text without its last character (`head`) is no number ("-" of "-5", "1e" of "1e5"):
   // fill refuses to put that in the field, as Playwright checks a number input's text with JavaScript's Number.
@@ -238,6 +256,43 @@ def _covered(action: Action, cover: dict) -> str:
     return f"element {action.element} is covered by {what}, so it was not {verb}; deal with what covers it first"
 
 
+def _refused(action: Action, info: dict | None) -> str | None:
+    """Why the action cannot act on the element the inspect script found (`info`), if it cannot.
+
+    The element is gone, or ambiguous (the page replaced it with several copies of it since the observation, and the
+    copies carry its id), a Click or Hover cannot reach it, or it cannot take the click or the text.
+    """
+    if info is None:
+        return f"element {action.element} is not in the page (use an id from the current observation)"
+    if "copies" in info:
+        copies = f"{info['copies']} copies of it"
+        return f"element {action.element} was replaced by {copies}, so nothing was done; each has its own id now"
+    reach = action.name in ("click", "hover")
+    if reach and info["cover"]:
+        return _covered(action, info["cover"])
+    if reach and info["point"] is None:
+        verb = "clicked" if action.name == "click" else "hovered"
+        return f"element {action.element} has no visible area in the viewport, so it was not {verb}"
+    return _unusable(action, info) or _breaks_a_line(action, info)
+
+
+def _breaks_a_line(action: Action, info: dict) -> str | None:
+    """Why a Type or Search cannot put its text into a single-line <input>: a line break before its last character.
+
+    An <input> cannot hold a line break: the browser drops it or makes it a space, a text the agent never wrote.
+    Pressing Enter at the break instead would submit the form with the first line and type the rest into whatever
+    page follows. Neither is what the agent meant, so nothing is typed and the error says why. A last character
+    that is a line break stays the Enter keystroke that submits (`_replace_text`), and a <textarea> or a
+    contenteditable keeps every line break as text.
+    """
+    if not info["breaksLine"]:
+        return None
+    return (
+        f"element {action.element} is a single-line input, which cannot hold a line break, so nothing was typed; "
+        "type one line (a \\n at its end presses Enter)"
+    )
+
+
 def _unusable(action: Action, info: dict) -> str | None:
     """Why a Click, Type or Search cannot act on a disabled or read-only element, if it cannot.
 
@@ -312,7 +367,10 @@ async def _replace_text(page: Any, locator: Any, selector: str, text: str, info:
     """Replace the field's content in one go, then type the last character as a real keystroke.
 
     Typing key by key costs a round trip per character; the last keystroke is what key-driven widgets
-    (autocomplete) react to.
+    (autocomplete) react to. A last line break is the Enter key (the release's convention): it submits the form,
+    or in a <textarea> starts a new line. A last tab is text, as a tab anywhere else is: Playwright's keyboard types
+    a character its key does not produce (the Tab key moves the focus, and types nothing) as text, so the focus
+    never leaves the field the agent named behind its back (it has no Tab action).
     """
     if not info["typing"]:
         await locator.fill(text[:-1], timeout=timeout_ms)
@@ -375,18 +433,19 @@ async def _run(page: Any, action: Action, timeout_ms: float, wait_s: float) -> s
     reach = name in ("click", "hover")
     fill = name in ("type", "search")
     head = (action.argument or "")[:-1] if fill else ""
-    arg = {"selector": selector, "wanted": wanted, "reach": reach, "click": name == "click", "fill": fill, "head": head}
+    arg = {
+        "selector": selector,
+        "id": action.element,
+        "wanted": wanted,
+        "reach": reach,
+        "click": name == "click",
+        "fill": fill,
+        "head": head,
+    }
     info = await evaluate_settled(page, _INSPECT_JS, arg)
-    if info is None:
-        return f"element {action.element} is not in the page (use an id from the current observation)"
-    if reach and info["cover"]:
-        return _covered(action, info["cover"])
-    if reach and info["point"] is None:
-        verb = "clicked" if name == "click" else "hovered"
-        return f"element {action.element} has no visible area in the viewport, so it was not {verb}"
-    unusable = _unusable(action, info)
-    if unusable:
-        return unusable
+    refused = _refused(action, info)
+    if refused:
+        return refused
     locator = page.locator(selector).first
     if reach:
         await _reach(page, name, info, timeout_ms)

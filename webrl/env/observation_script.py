@@ -4,7 +4,11 @@ Keeping the whole DOM walk in the page costs one round trip per observation (a f
 page) instead of one per element. The function renders the visible DOM in WebRL's simplified-HTML
 form and stamps `data-webrl-id="N"` on every element it labels, so that an action on element N is
 `[data-webrl-id="N"]`. Labels are assigned in document order during one pre-order walk, so the same
-DOM always gets the same ids. Stale stamps from an earlier observation are removed first.
+DOM always gets the same ids. Stale stamps from an earlier observation are removed first, so an element the
+page copied since (cloneNode copies the stamp) gets an id of its own. The labelled elements are also kept
+in `window.__webrlLabelled` (element N at index N): until the next observation, a copy carries the id of
+the element it was copied from, and the action on N must reach the element the agent saw, not whichever
+of the two comes first in the document (webrl.env.executor's inspect script).
 
 Rendering rules (why each exists):
 - Interactive elements (native controls, ARIA widget roles, inline onclick, contenteditable,
@@ -71,6 +75,7 @@ OBSERVE_JS = r"""
   const sx = window.scrollX;
   const sy = window.scrollY;
   let nextId = 0;
+  let labelledElements = [];
   let emitted = 0;
   let dropAbove = false;
 
@@ -242,6 +247,7 @@ OBSERVE_JS = r"""
     if (interactive) {
       id = nextId++;
       el.setAttribute("data-webrl-id", String(id));
+      labelledElements.push(el);
     }
     if (tag === "select") {
       if (id === null) return EMPTY;
@@ -280,6 +286,7 @@ OBSERVE_JS = r"""
   const viewport = { left: 0, top: 0, right: vw, bottom: vh };
   const walk = () => {
     nextId = 0;
+    labelledElements = [];
     emitted = 0;
     document.querySelectorAll("[data-webrl-id]").forEach((el) => el.removeAttribute("data-webrl-id"));
     return root ? render(root, false, viewport).text : "";
@@ -295,6 +302,7 @@ OBSERVE_JS = r"""
       html = walk();
     }
   }
+  window.__webrlLabelled = labelledElements;
   return { html, url: window.location.href, title: document.title, count: nextId, above: dropAbove, tail };
 }
 """
