@@ -6,7 +6,7 @@ Those the browser or the site failed twice (`infra_error`) are counted apart and
 from __future__ import annotations
 
 from webrl.data.trajectory import Task, Trajectory
-from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics
+from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics, rollout_sums
 from webrl.metrics import errored, infra_errors, success_by_site
 from webrl.report import format_phase_table
 
@@ -35,7 +35,7 @@ def test_infra_errors_are_counted_apart_and_left_out_of_success_rates():
         "success_rate/shop": 2 / 3,
         "infra_errors": 1.0,
     }
-    metrics = rollout_metrics(episodes, ActivityClock(), [], 0)
+    metrics = rollout_metrics(episodes, rollout_sums(ActivityClock(), 0), [])
     assert metrics["rollout/success_rate"] == 2 / 3 and metrics["rollout/success_rate/shop"] == 2 / 3
     assert (metrics["rollout/infra_errors"], metrics["rollout/retried"], metrics["rollout/status/error"]) == (1, 2, 1)
 

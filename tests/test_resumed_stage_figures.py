@@ -5,7 +5,7 @@ A real phase 0 (tests/resumed_stage_worker.py: the loop's stages, real Chromium,
 tests/recipes/test_webrl_recipe.py kills a recipe, or ended by `WEBRL_FAULT` once the stage's metrics are written
 and before it is marked done; the same command then runs it to the end. Every step of every episode on disk cost
 an engine call of at least `STEP_S`, one at a time, whichever launch ran it: the stage's time and rollout time are
-at least that sum, and the rates are those of every episode over that time.
+at least that sum, the rates are those of every episode over that time, and the engine's figures count every call.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def test_a_stage_killed_between_episodes_reports_the_time_of_both_launches(tmp_p
     assert not list(layout.metrics_dir(0).glob("*.attempts.jsonl")), "each stage's record goes once it is done"
     if stage == "rollouts":
         _rates_over_every_episode(saved, least)
+        _engine_figures_of_every_episode(saved, least)
 
 
 def test_rollouts_redone_after_their_metrics_were_written_keep_the_figures_of_the_launch_that_ran_them(tmp_path):
@@ -105,3 +106,10 @@ def _rates_over_every_episode(saved: dict[str, float], least: float) -> None:
     assert saved["rollout/wall_s"] >= least, f"{saved['rollout/wall_s']:.2f} s of rollouts for {least:.2f} s of calls"
     assert saved["rollout/episodes_per_min"] * saved["rollout/wall_s"] / 60 == pytest.approx(TASKS)
     assert saved["rollout/steps_per_s"] * saved["rollout/wall_s"] == pytest.approx(saved["rollout/steps"])
+
+
+def _engine_figures_of_every_episode(saved: dict[str, float], least: float) -> None:
+    """One engine call of at least `STEP_S` a step, one prompt each: the killed launch's calls counted too."""
+    assert saved["rollout/engine_calls"] == saved["rollout/steps"], "every step's call, whichever launch made it"
+    assert saved["rollout/mean_batch_size"] == 1.0
+    assert saved["rollout/engine_busy_s"] >= least, f"{saved['rollout/engine_busy_s']:.2f} s busy for {least:.2f} s"

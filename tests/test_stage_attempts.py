@@ -15,11 +15,11 @@ import pytest
 
 from tests.single_process import SingleProcess
 from webrl.data.atomic_io import FAULT_EXIT_CODE, read_jsonl, write_json_atomic
-from webrl.inference.rollout_metrics import rollout_rates
+from webrl.inference.rollout_metrics import rollout_metrics, rollout_rates
 from webrl.phase_record import finish_stage, phase_record
 from webrl.run_layout import RunLayout
 from webrl.run_state import RunState
-from webrl.stage_attempts import Attempt, StageAttempt, stage_figures
+from webrl.stage_attempts import Attempt, StageAttempt, stage_figures, tally
 
 EPISODES = {"rollout/episodes": 4.0, "rollout/steps": 12.0}
 
@@ -43,11 +43,14 @@ def _rolled_out(wall_s: float, episodes: float, **process: float):
     return stage
 
 
-def _killed(layout: RunLayout, seconds: float) -> None:
-    """An attempt in a forked child that writes an episode after `seconds`, then dies as a kill would."""
+def _killed(layout: RunLayout, seconds: float, *tallies: dict) -> None:
+    """An attempt in a forked child that writes an episode after `seconds`, its rollouts giving `tallies` before it
+    (`webrl.inference.rollout_metrics.Tally`), then dies as a kill would."""
 
     def stage(phase: int) -> dict[str, float]:
         time.sleep(seconds)
+        for record in tallies:
+            tally(layout, phase, "rollouts")(record)
         episodes = layout.rollouts_path(phase, 0)
         episodes.write_text('{"episode": 1}\n', encoding="utf-8")
         time.sleep(0.2)  # lost work: nothing on disk says it happened
@@ -84,7 +87,7 @@ def test_a_killed_attempt_counts_up_to_the_last_file_it_left(tmp_path):
     assert metrics["rollout/wall_s"] == pytest.approx(killed["seconds"] + 0.1)
     assert metrics["rollout/episodes_per_min"] == pytest.approx(60 * 4.0 / metrics["rollout/wall_s"])
     assert metrics["rollout/steps_per_s"] == pytest.approx(12.0 / metrics["rollout/wall_s"])
-    assert metrics["rollout/engine_calls"] == 3.0, "the engine's figures: the last attempt's, no one counted the rest"
+    assert metrics["rollout/engine_calls"] == 3.0, "the killed attempt tallied none"
 
 
 def test_files_from_before_the_attempt_or_from_the_next_one_do_not_stretch_a_killed_one(tmp_path):
@@ -162,3 +165,68 @@ def test_the_record_goes_once_the_stage_is_marked_done(tmp_path):
     state = finish_stage(SingleProcess(), RunState(phase=1), layout, 1, "rollouts", metrics)
     assert state.is_done(1, "rollouts") and not _attempt(layout).path.exists()
     assert json.loads(layout.metrics_path(1, "rollouts").read_text(encoding="utf-8")) == metrics
+
+
+def _sums(wall: float, engine_only: float, browser_only: float, both: float, calls: int, prompts: int, tokens: int):
+    """A rollout run's `rollout_sums`: its wall time (idle what its buckets leave), engine calls, prompts, tokens."""
+    idle = wall - engine_only - browser_only - both
+    buckets = {"engine_only_s": engine_only, "browser_only_s": browser_only, "both_s": both, "idle_s": idle}
+    return {"wall_s": wall, **buckets, "engine_calls": calls, "engine_prompts": prompts, "generated_tokens": tokens}
+
+
+KILLED_TALLIES = (
+    {"sums": _sums(4.0, 1.0, 1.0, 1.0, calls=2, prompts=3, tokens=90), "latencies": [1.0, 2.0]},
+    {"sums": _sums(10.0, 4.0, 3.0, 2.0, calls=6, prompts=9, tokens=300), "latencies": [6.0]},
+)
+"""A killed attempt's tally lines after its two episodes: sums so far, and the latencies measured since the last."""
+
+
+def test_a_killed_attempts_engine_and_browser_figures_count_in_the_resumed_stage(tmp_path):
+    """Killed after two episodes (their figures tallied), then resumed: the stage's engine and browser figures are
+    the sums of both attempts' and the latencies of every step, not the relaunch's alone."""
+    layout = RunLayout(tmp_path)
+    _killed(layout, 0.1, *KILLED_TALLIES)
+    relaunch = _sums(5.0, 2.0, 1.0, 1.0, calls=2, prompts=3, tokens=100)
+
+    def stage(phase: int) -> dict[str, float]:
+        record = tally(layout, phase, "rollouts")
+        record({"sums": relaunch, "latencies": [3.0, 4.0]})  # its one episode
+        record({"sums": relaunch, "latencies": []})  # its end
+        return {**rollout_metrics([], relaunch, [3.0, 4.0]), **EPISODES}
+
+    metrics = _attempt(layout).run(stage)
+    # Both: 15 s of rollouts (the killed one's clock at its last episode, 10 s, not its time), 6 s engine only,
+    # 4 s browser only, 3 s both, 2 s idle; 8 calls of 12 prompts, 400 tokens; latencies 1 2 6 (killed) 3 4.
+    expected = {
+        "rollout/wall_s": 15.0,
+        "rollout/engine_only_s": 6.0,
+        "rollout/browser_only_s": 4.0,
+        "rollout/overlap_s": 3.0,
+        "rollout/idle_s": 2.0,
+        "rollout/engine_busy_s": 9.0,
+        "rollout/browser_busy_s": 7.0,
+        "rollout/engine_busy_frac": 9.0 / 15.0,
+        "rollout/browser_only_frac": 4.0 / 15.0,
+        "rollout/engine_calls": 8.0,
+        "rollout/mean_batch_size": 12.0 / 8.0,
+        "rollout/generated_tokens": 400.0,
+        "rollout/gen_tokens_per_s": 400.0 / 9.0,
+        "rollout/step_latency_mean_s": 16.0 / 5.0,
+        "rollout/step_latency_p50_s": 3.0,  # sorted 1 2 3 4 6: index floor(0.5 * 5) = 2
+        "rollout/step_latency_p95_s": 6.0,  # index floor(0.95 * 5) = 4
+        "rollout/episodes_per_min": 60.0 * 4.0 / 15.0,  # every episode on disk over both attempts' rollout time
+        "rollout/steps_per_s": 12.0 / 15.0,
+    }
+    assert {key: metrics[key] for key in expected} == pytest.approx(expected)
+    assert metrics["time/rollouts_attempts"] == 2.0 and _log(layout)[-1]["metrics"]["rollout/engine_calls"] == 2
+
+
+def test_a_stage_redone_after_a_kill_that_left_every_episode_keeps_the_killed_attempts_figures(tmp_path):
+    """Killed after its last episode and before its end line: the relaunch runs no episode and reports the figures
+    the killed attempt tallied, where before it reported no engine or browser figure at all."""
+    layout = RunLayout(tmp_path)
+    _killed(layout, 0.1, *KILLED_TALLIES)
+    metrics = _attempt(layout).run(lambda phase: dict(EPISODES))
+    assert metrics["rollout/wall_s"] == 10.0 and metrics["rollout/engine_calls"] == 6
+    assert metrics["rollout/gen_tokens_per_s"] == pytest.approx(300.0 / 6.0)
+    assert metrics["rollout/mean_batch_size"] == 1.5 and metrics["rollout/step_latency_mean_s"] == 3.0

@@ -54,7 +54,7 @@ from webrl.phase_training import critic_scorer, filter_replay, sample_by_steps, 
 from webrl.run_config import effective_config
 from webrl.run_layout import RunLayout
 from webrl.run_state import seed_everything_for, stage_seed
-from webrl.stage_attempts import StageAttempt
+from webrl.stage_attempts import StageAttempt, tally
 from webrl.web_environment import WebEnvironment
 
 GENERATING_STAGES = ("rollouts", "sync", "evaluate")
@@ -180,7 +180,11 @@ class PhaseLoop:
         self.engine_link.serve(self.actor_dir(phase))
         out = self.layout.rollouts_path(phase, self.fabric.global_rank)
         seed = stage_seed(self.config.seed, phase, "rollouts") + self.fabric.global_rank
-        _, metrics = self.env.run_episodes(self.engine, tasks, out, phase=phase, evaluation=False, seed=seed)
+        # Rank 0's figures, the ones saved, go to its attempt's record as each episode ends: a kill keeps them.
+        figures = tally(self.layout, phase, "rollouts") if self.fabric.is_global_zero else None
+        _, metrics = self.env.run_episodes(
+            self.engine, tasks, out, phase=phase, evaluation=False, seed=seed, tally=figures
+        )
         # Every rank's episodes are written before the stage is marked done, or a crash would leave it "done" with
         # a shard missing. Counts are over all of them, those a crashed attempt had finished included.
         self.fabric.barrier()

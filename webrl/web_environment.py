@@ -29,6 +29,7 @@ from webrl.env.screenshots import ScreenshotRecorder
 from webrl.env.tasks import load_tasks, normalise_url_map, substitute
 from webrl.inference.engine import InferenceEngine, SamplingParams
 from webrl.inference.rollout import PromptBuilder, RolloutResult, collect_rollouts
+from webrl.inference.rollout_metrics import Tally
 from webrl.inference.scripted import ScriptedEngine
 from webrl.loop_config import WebRLConfig
 
@@ -168,11 +169,13 @@ class WebEnvironment:
         prompt_builder: PromptBuilder | None = None,
         concurrency: int | None = None,
         progress: bool = True,
+        tally: Tally | None = None,
     ) -> tuple[list[Trajectory], dict[str, float]]:
         """Run `tasks` not yet in `out_path`, appending each trajectory there; returns all of them, in task order.
 
         Each step's prompt is built once, here, and recorded: by `prompt_builder`, which defaults to
-        `actor_prompt_builder(engine)`. `concurrency` defaults to `rollout.concurrency`.
+        `actor_prompt_builder(engine)`. `concurrency` defaults to `rollout.concurrency`. `tally` receives the
+        run's figures so far as each episode ends (`collect_rollouts`).
         """
         done = {t.task.task_id: t for t in read_trajectories(out_path)} if out_path.exists() else {}
         pending = [task for task in tasks if task.task_id not in done]
@@ -182,7 +185,9 @@ class WebEnvironment:
             if isinstance(engine, ScriptedEngine):
                 builder = engine.wrap(builder)
             concurrency = concurrency or self.concurrency
-            collect = self._collect(engine, pending, out_path, phase, evaluation, seed, builder, concurrency, progress)
+            collect = self._collect(
+                engine, pending, out_path, phase, evaluation, seed, builder, concurrency, progress, tally
+            )
             result = asyncio.run(collect)
             metrics = result.metrics
             done.update({t.task.task_id: t for t in result.trajectories})
@@ -199,6 +204,7 @@ class WebEnvironment:
         prompt_builder: PromptBuilder,
         concurrency: int,
         progress: bool,
+        tally: Tally | None,
     ) -> RolloutResult:
         async with BrowserPool(self.browser_config(concurrency)) as pool:
             pool.screenshots = self.screenshots(out_path.parent, evaluation=evaluation, seed=seed)
@@ -215,6 +221,7 @@ class WebEnvironment:
                 observation=self.observation_config(),
                 phase=phase,
                 progress=progress,
+                tally=tally,
             )
 
     def screenshots(self, directory: Path, *, evaluation: bool, seed: int) -> ScreenshotRecorder | None:

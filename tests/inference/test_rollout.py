@@ -23,6 +23,7 @@ from webrl.env.miniwob import miniwob_tasks
 from webrl.inference.engine import Completion, SamplingParams
 from webrl.inference.hf import HFEngine
 from webrl.inference.rollout import EngineDownError, collect_rollouts, collect_rollouts_sync
+from webrl.inference.rollout_metrics import engine_browser_figures
 from webrl.inference.scripted import ScriptedEngine
 
 
@@ -30,6 +31,7 @@ def test_miniwob_rollouts_with_the_scripted_policy_all_succeed_and_stream_to_jso
     tasks = miniwob_tasks(["click-button", "enter-text", "login-user"], seeds=[1, 2])
     engine = ScriptedEngine.for_miniwob()
     out = tmp_path / "trajectories.jsonl"
+    tallied: list[dict[str, Any]] = []
     result = run(
         collect_rollouts(
             engine,
@@ -42,9 +44,11 @@ def test_miniwob_rollouts_with_the_scripted_policy_all_succeed_and_stream_to_jso
             phase=3,
             max_batch_wait_s=60.0,  # a strict step barrier, so batch sizes do not depend on timing
             progress=False,
+            tally=tallied.append,
         )
     )
     assert [t.task.task_id for t in result.trajectories] == [t.task_id for t in tasks]
+    _tallied_as_reported(tallied, result.metrics, episodes=6, steps=12)
     assert [t.eval_reward for t in result.trajectories] == [1.0] * len(tasks)
     # login-user takes 3 actions (two fields, then Login); enter-text 2; click-button 1.
     assert [len(t.steps) for t in result.trajectories] == [1, 1, 2, 2, 3, 3]
@@ -65,6 +69,19 @@ def test_miniwob_rollouts_with_the_scripted_policy_all_succeed_and_stream_to_jso
     assert metrics["rollout/mean_batch_size"] == pytest.approx(12 / len(engine.calls))
     split = sum(metrics[f"rollout/{k}_s"] for k in ("engine_only", "browser_only", "overlap", "idle"))
     assert split == pytest.approx(metrics["rollout/wall_s"], rel=1e-6)
+
+
+def _tallied_as_reported(tallied: list[dict[str, Any]], metrics: dict[str, float], episodes: int, steps: int) -> None:
+    """The run's tally: a line per episode and one at its end, whose sums and latencies give its figures again
+    (what a resumed stage adds up: `webrl.stage_attempts`); every step's latency given once."""
+    assert len(tallied) == episodes + 1 and tallied[-1]["latencies"] == []
+    calls = [record["sums"]["engine_calls"] for record in tallied]
+    assert calls == sorted(calls) and calls[-1] == metrics["rollout/engine_calls"], "sums so far, not since the last"
+    latencies = [latency for record in tallied for latency in record["latencies"]]
+    assert len(latencies) == steps
+    figures = engine_browser_figures(tallied[-1]["sums"], latencies)
+    assert figures == {key: metrics[key] for key in figures}
+    assert tallied[-1]["sums"]["wall_s"] == metrics["rollout/wall_s"]
 
 
 def test_embedded_site_rollouts_with_the_reference_solver_all_succeed(run, pool):

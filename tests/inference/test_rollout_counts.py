@@ -9,7 +9,7 @@ import pytest
 from sample_records import build_trajectory
 
 from webrl.inference import rollout_metrics as metrics_module
-from webrl.inference.rollout_metrics import ActivityClock, rollout_counts, rollout_metrics
+from webrl.inference.rollout_metrics import ActivityClock, rollout_counts, rollout_metrics, rollout_sums
 
 
 def test_counts_depend_only_on_the_trajectories():
@@ -59,7 +59,7 @@ def test_the_clock_splits_the_wall_time_and_the_latencies_are_summarised(monkeyp
     now[0] = 5.0
     browser.__exit__(None, None, None)
     now[0] = 6.0
-    figures = rollout_metrics([], clock, [10.0, 1.0, 3.0, 2.0], generated_tokens=30)
+    figures = rollout_metrics([], rollout_sums(clock, generated_tokens=30), [10.0, 1.0, 3.0, 2.0])
     # 0-1 engine only, 1-3 both, 3-5 browser only, 5-6 neither
     assert (figures["rollout/wall_s"], figures["rollout/engine_only_s"], figures["rollout/overlap_s"]) == (6, 1, 2)
     assert (figures["rollout/browser_only_s"], figures["rollout/idle_s"]) == (2, 1)

@@ -51,7 +51,7 @@ from webrl.env.limits import EpisodeLimits
 from webrl.env.login import LoginStateError
 from webrl.env.observation import ObservationConfig
 from webrl.inference.engine import Completion, InferenceEngine, PromptTooLongError, SamplingParams, digest_seed
-from webrl.inference.rollout_metrics import ActivityClock, rollout_metrics
+from webrl.inference.rollout_metrics import ActivityClock, Tally, rollout_metrics, rollout_sums
 from webrl.progress import progress_bar
 
 log = logging.getLogger(__name__)
@@ -231,7 +231,9 @@ class _Rollout:
         self.limits: EpisodeLimits = opts["limits"]
         self.observation: ObservationConfig | None = opts["observation"]
         self.phase: int = opts["phase"]
+        self.tally: Tally | None = opts.get("tally")
         self.step_latencies: list[float] = []
+        self._reported = 0
 
     async def episode(self, task: Task, key: str) -> Trajectory:
         """Run `task` (`key` names the episode, see `request_seed`); once more in a fresh context if the browser,
@@ -354,6 +356,26 @@ class _Rollout:
             return None
         return asyncio.create_task(recorder.capture(episode.page, episode.trajectory))
 
+    def report(self) -> dict[str, Any]:
+        """The run's figures so far, given to `tally`: its sums (`rollout_sums`) and the step latencies not given yet.
+
+        Reported as each episode ends, they are what a run killed before its end leaves of its engine's and
+        browser's figures (`webrl.stage_attempts`): the latencies come in parts, lest every report repeat them all.
+        """
+        record = {
+            "sums": rollout_sums(self.clock, self.batcher.generated_tokens),
+            "latencies": self.step_latencies[self._reported :],
+        }
+        self._reported = len(self.step_latencies)
+        if self.tally is not None:
+            self.tally(record)
+        return record
+
+    def metrics(self, trajectories: list[Trajectory]) -> dict[str, float]:
+        """The finished run's metrics, from the sums of its last report: its attempt's record and its own figures
+        then hold the same numbers."""
+        return rollout_metrics(trajectories, self.report()["sums"], self.step_latencies)
+
     @staticmethod
     def _end(episode: Episode, status: str, error: str) -> None:
         """End an episode the runner had to stop (the episode's own limits did not fire)."""
@@ -380,13 +402,15 @@ async def collect_rollouts(
     max_batch_wait_s: float = 0.5,
     phase: int = 0,
     progress: bool = True,
+    tally: Tally | None = None,
 ) -> RolloutResult:
     """Run one episode per task, `concurrency` at a time, sampling actions from `engine`.
 
     `backend` is the tasks' `SiteBackend`; `pool` a started `BrowserPool` (its own
     `max_concurrency` also caps how many episodes are open). `prompt_builder` defaults to WebRL's
     completion-form actor prompt. `writer` (a TrajectoryWriter or a path to append to) receives each
-    trajectory as it ends. Returns trajectories in task order and the metrics.
+    trajectory as it ends, and `tally` the run's figures so far just before it, so that every episode written has its
+    share recorded. Returns trajectories in task order and the metrics.
     """
     if concurrency < 1:
         raise ValueError(f"collect_rollouts concurrency must be >= 1, got {concurrency}")
@@ -396,9 +420,8 @@ async def collect_rollouts(
     sink = TrajectoryWriter(writer) if own_writer else writer
     clock = ActivityClock()
     batcher = _Batcher(engine, sampling, clock, max_batch_wait_s)
-    run = _Rollout(
-        batcher, pool, backend, prompt_builder, limits=limits or EpisodeLimits(), observation=observation, phase=phase
-    )
+    options = {"limits": limits or EpisodeLimits(), "observation": observation, "phase": phase, "tally": tally}
+    run = _Rollout(batcher, pool, backend, prompt_builder, **options)
     slots = asyncio.Semaphore(concurrency)
     bar = progress_bar(total=len(tasks), desc="rollouts", unit="ep", enabled=progress)
     finished: list[Trajectory] = []
@@ -406,6 +429,7 @@ async def collect_rollouts(
     async def one(task: Task, key: str) -> Trajectory:
         async with slots:
             trajectory = await run.episode(task, key)
+        run.report()
         if sink is not None:
             sink.write(trajectory)
         finished.append(trajectory)
@@ -420,8 +444,7 @@ async def collect_rollouts(
         bar.close()
         if own_writer and sink is not None:
             sink.close()
-    metrics = rollout_metrics(trajectories, clock, run.step_latencies, batcher.generated_tokens)
-    return RolloutResult(trajectories, metrics)
+    return RolloutResult(trajectories, run.metrics(trajectories))
 
 
 async def _beside_the_batcher(batcher: _Batcher, episodes: list[Coroutine[Any, Any, Trajectory]]) -> list[Trajectory]:

@@ -4,7 +4,8 @@ With N episodes in flight the engine and the browser overlap, so summing per-ste
 about the bottleneck. `ActivityClock` instead splits the wall clock into four exclusive buckets
 from the moments the engine starts/stops a call and browser work starts/stops: engine only,
 browser only (the engine waits for the browser: the browser is the bottleneck), both, and
-neither. `rollout_metrics` turns that and the finished trajectories into namespaced figures.
+neither. `rollout_sums` reads that and the engine's counters as figures that add up over runs, and
+`rollout_metrics` turns them and the finished trajectories into namespaced figures.
 """
 
 from __future__ import annotations
@@ -13,9 +14,14 @@ import contextlib
 import statistics
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from webrl.data.trajectory import Trajectory
+
+Tally = Callable[[dict[str, Any]], None]
+"""Receives a rollout run's figures so far as each episode ends: its `rollout_sums` under "sums", and under
+"latencies" the step latencies measured since the previous call (`webrl.inference.rollout.collect_rollouts`)."""
 
 
 class ActivityClock:
@@ -72,38 +78,69 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def rollout_metrics(
-    trajectories: list[Trajectory], clock: ActivityClock, step_latencies: list[float], generated_tokens: int
-) -> dict[str, float]:
-    """Throughput, latency, time split and success figures under `rollout/` keys.
+def rollout_sums(clock: ActivityClock, generated_tokens: int) -> dict[str, float]:
+    """What a rollout run's engine and browser have done so far, as figures that add up over runs.
 
-    Success rates leave out `infra_error` trajectories; `rollout/infra_errors` counts them and
-    `rollout/retried` the tasks run a second time.
+    Its wall time split by the clock's buckets, its engine calls and the prompts in them, and the tokens generated:
+    a rollouts stage resumed after a crash adds those of each attempt (`add_sums`, `webrl.stage_attempts`), while
+    ratios and means would not add.
     """
     wall = clock.wall()
-    buckets = clock.buckets
-    engine_busy = buckets["engine_only"] + buckets["both"]
-    browser_busy = buckets["browser_only"] + buckets["both"]
-    counts = rollout_counts(trajectories)
-    metrics: dict[str, float] = {
-        **rollout_rates(counts, wall),
-        "rollout/generated_tokens": generated_tokens,
-        "rollout/gen_tokens_per_s": generated_tokens / engine_busy if engine_busy > 0 else 0.0,
-        "rollout/engine_calls": clock.engine_calls,
-        "rollout/mean_batch_size": clock.engine_prompts / clock.engine_calls if clock.engine_calls else 0.0,
+    return {
+        "wall_s": wall,
+        **{f"{bucket}_s": seconds for bucket, seconds in clock.buckets.items()},
+        "engine_calls": clock.engine_calls,
+        "engine_prompts": clock.engine_prompts,
+        "generated_tokens": generated_tokens,
+    }
+
+
+def add_sums(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The `rollout_sums` of several runs as one: each figure summed."""
+    return {key: sum(run[key] for run in runs) for key in runs[0]}
+
+
+def engine_browser_figures(sums: dict[str, float], step_latencies: list[float]) -> dict[str, float]:
+    """The engine's and the browser's figures under `rollout/` keys, from `sums` (`rollout_sums`, of one run or
+    `add_sums` of several) and the latencies of the steps they measured: busy seconds, the wall time's split and
+    fractions, engine calls, batch size, tokens and their speed, and the step latency's mean and percentiles.
+
+    Computed from sums and every latency rather than from each run's figures, so that runs of different lengths
+    weigh as their seconds, calls and steps do, and a percentile is one over all the steps.
+    """
+    wall, calls, tokens = sums["wall_s"], sums["engine_calls"], sums["generated_tokens"]
+    engine_busy = sums["engine_only_s"] + sums["both_s"]
+    browser_busy = sums["browser_only_s"] + sums["both_s"]
+    return {
+        "rollout/generated_tokens": tokens,
+        "rollout/gen_tokens_per_s": tokens / engine_busy if engine_busy > 0 else 0.0,
+        "rollout/engine_calls": calls,
+        "rollout/mean_batch_size": sums["engine_prompts"] / calls if calls else 0.0,
         "rollout/step_latency_mean_s": statistics.fmean(step_latencies) if step_latencies else 0.0,
         "rollout/step_latency_p50_s": _quantile(step_latencies, 0.5),
         "rollout/step_latency_p95_s": _quantile(step_latencies, 0.95),
         "rollout/engine_busy_s": engine_busy,
         "rollout/browser_busy_s": browser_busy,
-        "rollout/engine_only_s": buckets["engine_only"],
-        "rollout/browser_only_s": buckets["browser_only"],
-        "rollout/overlap_s": buckets["both"],
-        "rollout/idle_s": buckets["idle"],
+        "rollout/engine_only_s": sums["engine_only_s"],
+        "rollout/browser_only_s": sums["browser_only_s"],
+        "rollout/overlap_s": sums["both_s"],
+        "rollout/idle_s": sums["idle_s"],
         "rollout/engine_busy_frac": engine_busy / wall if wall > 0 else 0.0,
-        "rollout/browser_only_frac": buckets["browser_only"] / wall if wall > 0 else 0.0,
+        "rollout/browser_only_frac": sums["browser_only_s"] / wall if wall > 0 else 0.0,
     }
-    return {**metrics, **counts}
+
+
+def rollout_metrics(
+    trajectories: list[Trajectory], sums: dict[str, float], step_latencies: list[float]
+) -> dict[str, float]:
+    """Throughput, latency, time split and success figures under `rollout/` keys, of a run that did `sums`
+    (`rollout_sums`) and measured `step_latencies`.
+
+    Success rates leave out `infra_error` trajectories; `rollout/infra_errors` counts them and
+    `rollout/retried` the tasks run a second time.
+    """
+    counts = rollout_counts(trajectories)
+    return {**rollout_rates(counts, sums["wall_s"]), **engine_browser_figures(sums, step_latencies), **counts}
 
 
 def rollout_rates(counts: dict[str, float], wall_s: float) -> dict[str, float]:
