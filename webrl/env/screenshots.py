@@ -8,8 +8,8 @@ what is left on the rollout's wall time). A picture over `max_bytes` is encoded 
 down to 10, then smaller. A capture that fails leaves a None in its slot and never fails the episode.
 
 The same page script that finds the viewport records the box of every element the observation numbered
-(`data-webrl-id`) inside it; once the step has acted, `finish` keeps only the box of the element it acted
-on, which the report outlines on the picture.
+(`window.__webrlLabelled`, which a copy the page makes of one does not join) inside it; once the step has acted,
+`finish` keeps only the box of the element it acted on, which the report outlines on the picture.
 
 Files: `<jsonl dir>/screenshots/<trajectory_id>/NN.jpg`; `trajectory.metadata["screenshots"]` lists
 their paths relative to the JSONL's directory, entry i being the page step i observed, and one more
@@ -43,13 +43,17 @@ _VIEWPORT_JS = """() => {
   const left = vv ? vv.offsetLeft : 0, top = vv ? vv.offsetTop : 0;
   const f = (v) => Math.round(v * 10000) / 10000;
   const boxes = {};
-  for (const el of document.querySelectorAll("[data-webrl-id]")) {
+  // The elements the observation numbered (element N at index N), not whatever carries the stamp now: a copy the
+  // page made since carries its original's id (webrl.env.observation_script).
+  const labelled = window.__webrlLabelled || [];
+  labelled.forEach((el, id) => {
+    if (!el.isConnected) return;
     const r = el.getBoundingClientRect();
-    if (r.width <= 0 || r.height <= 0 || r.right <= left || r.bottom <= top) continue;
-    if (r.left >= left + width || r.top >= top + height) continue;
-    boxes[el.getAttribute("data-webrl-id")] = [f((r.left - left) / width), f((r.top - top) / height),
-                                               f(r.width / width), f(r.height / height)];
-  }
+    if (r.width <= 0 || r.height <= 0 || r.right <= left || r.bottom <= top) return;
+    if (r.left >= left + width || r.top >= top + height) return;
+    boxes[String(id)] = [f((r.left - left) / width), f((r.top - top) / height),
+                         f(r.width / width), f(r.height / height)];
+  });
   return {x: vv ? vv.pageLeft : window.scrollX, y: vv ? vv.pageTop : window.scrollY, width, height, boxes};
 }"""
 """The visual viewport in page coordinates (the picture's clip) and each numbered element's box in it."""

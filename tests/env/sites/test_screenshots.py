@@ -88,6 +88,39 @@ BOXES_PAGE = """<body style="margin:0;height:3000px">
 <input data-webrl-id="9" style="position:absolute;left:1216px;top:1404px;width:128px;height:72px"></body>"""
 
 
+LABEL_STAMPED = """() => {
+  window.__webrlLabelled = [];
+  for (const el of document.querySelectorAll("[data-webrl-id]")) {
+    window.__webrlLabelled[Number(el.dataset.webrlId)] = el;
+  }
+}"""
+"""What the observation script leaves behind on a page it numbered: element N at index N."""
+
+
+def test_a_copy_the_page_made_after_the_observation_does_not_move_the_box(run, pool, tmp_path):
+    recorder = ScreenshotRecorder(ScreenshotConfig(), tmp_path, evaluation=True)
+    trajectory = Trajectory(Task("t", "buy", ["shopping"], ""))
+
+    async def shoot() -> None:
+        page = await (await pool.browser()).new_page(viewport={"width": 1280, "height": 720})
+        await page.set_content(BOXES_PAGE)
+        await page.evaluate(LABEL_STAMPED)
+        await page.evaluate("window.scrollTo(0, 720)")
+        # The page copies #7 (stamp and all) to the viewport's top left corner, after the observation numbered it.
+        await page.evaluate(
+            """() => {
+              const copy = document.querySelector('[data-webrl-id="7"]').cloneNode(true);
+              Object.assign(copy.style, {left: "0px", top: "720px"});
+              document.body.append(copy);
+            }"""
+        )
+        await recorder.capture(page, trajectory)
+        await page.close()
+
+    run(shoot())
+    assert trajectory.metadata["screenshot_boxes"][0]["7"] == [0.25, 0.25, 0.1, 0.1]
+
+
 def test_a_step_keeps_the_box_of_the_element_it_acted_on(run, pool, tmp_path):
     recorder = ScreenshotRecorder(ScreenshotConfig(), tmp_path, evaluation=True)
     trajectory = Trajectory(Task("t", "buy", ["shopping"], ""))
@@ -95,6 +128,7 @@ def test_a_step_keeps_the_box_of_the_element_it_acted_on(run, pool, tmp_path):
     async def shoot() -> None:
         page = await (await pool.browser()).new_page(viewport={"width": 1280, "height": 720})
         await page.set_content(BOXES_PAGE)
+        await page.evaluate(LABEL_STAMPED)
         await page.evaluate("window.scrollTo(0, 720)")  # the button's top is now at 180 px, #8 out of view
         await recorder.capture(page, trajectory)
         await recorder.capture(page, trajectory)
