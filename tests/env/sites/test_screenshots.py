@@ -97,7 +97,17 @@ LABEL_STAMPED = """() => {
 """What the observation script leaves behind on a page it numbered: element N at index N."""
 
 
-def test_a_copy_the_page_made_after_the_observation_does_not_move_the_box(run, pool, tmp_path):
+COPY_7 = """() => {
+  const copy = document.querySelector('[data-webrl-id="7"]').cloneNode(true);
+  Object.assign(copy.style, {left: "0px", top: "720px"});
+  document.body.append(copy);
+}"""
+"""The page copies #7 (stamp and all) to the viewport's top left corner, after the observation numbered it."""
+
+
+def _boxes_after(run, pool, tmp_path, *, shots: int, page_script: str = "() => {}") -> Trajectory:
+    """A trajectory with `shots` captures of BOXES_PAGE scrolled so that #7's top is at 180 px and #8 out of view,
+    numbered as an observation leaves it, after `page_script` ran."""
     recorder = ScreenshotRecorder(ScreenshotConfig(), tmp_path, evaluation=True)
     trajectory = Trajectory(Task("t", "buy", ["shopping"], ""))
 
@@ -106,36 +116,22 @@ def test_a_copy_the_page_made_after_the_observation_does_not_move_the_box(run, p
         await page.set_content(BOXES_PAGE)
         await page.evaluate(LABEL_STAMPED)
         await page.evaluate("window.scrollTo(0, 720)")
-        # The page copies #7 (stamp and all) to the viewport's top left corner, after the observation numbered it.
-        await page.evaluate(
-            """() => {
-              const copy = document.querySelector('[data-webrl-id="7"]').cloneNode(true);
-              Object.assign(copy.style, {left: "0px", top: "720px"});
-              document.body.append(copy);
-            }"""
-        )
-        await recorder.capture(page, trajectory)
+        await page.evaluate(page_script)
+        for _ in range(shots):
+            await recorder.capture(page, trajectory)
         await page.close()
 
     run(shoot())
+    return trajectory
+
+
+def test_a_copy_the_page_made_after_the_observation_does_not_move_the_box(run, pool, tmp_path):
+    trajectory = _boxes_after(run, pool, tmp_path, shots=1, page_script=COPY_7)
     assert trajectory.metadata["screenshot_boxes"][0]["7"] == [0.25, 0.25, 0.1, 0.1]
 
 
 def test_a_step_keeps_the_box_of_the_element_it_acted_on(run, pool, tmp_path):
-    recorder = ScreenshotRecorder(ScreenshotConfig(), tmp_path, evaluation=True)
-    trajectory = Trajectory(Task("t", "buy", ["shopping"], ""))
-
-    async def shoot() -> None:
-        page = await (await pool.browser()).new_page(viewport={"width": 1280, "height": 720})
-        await page.set_content(BOXES_PAGE)
-        await page.evaluate(LABEL_STAMPED)
-        await page.evaluate("window.scrollTo(0, 720)")  # the button's top is now at 180 px, #8 out of view
-        await recorder.capture(page, trajectory)
-        await recorder.capture(page, trajectory)
-        await recorder.capture(page, trajectory)
-        await page.close()
-
-    run(shoot())
+    trajectory = _boxes_after(run, pool, tmp_path, shots=3)
     # #9 sticks out of the viewport's bottom right corner: its box does too (the picture clips it).
     assert trajectory.metadata["screenshot_boxes"][0] == {"7": [0.25, 0.25, 0.1, 0.1], "9": [0.95, 0.95, 0.1, 0.1]}
     for i, element in enumerate(["7", "8"]):
