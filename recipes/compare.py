@@ -11,7 +11,7 @@ key=value overrides, then its own config file and overrides:
 
     sft             recipes.sft, its evaluation of the cached SFT actor
     webrl           recipes.webrl with reward.source=evaluator
-    webrl_orm       recipes.webrl with reward.source=orm (the paper's setting)
+    webrl_orm       recipes.webrl with reward.source=orm and reward.orm_labels=true (the paper's setting)
     filtered_bc     recipes.filtered_bc with baseline_filtered_bc.yaml on webrl's phase-1 rollouts (runs webrl too)
     no_curriculum   recipes.webrl with ablation_no_curriculum.yaml
     no_replay       recipes.webrl with ablation_no_replay.yaml
@@ -67,7 +67,13 @@ BELOW_WEBRL = "below WebRL"
 METHODS = (
     Method("sft", "SFT", "recipes.sft", WebRLConfig, evaluation="sft", paper="the baseline"),
     Method("webrl", "WebRL (evaluator rewards)", "recipes.webrl", WebRLConfig, overrides=("reward.source=evaluator",)),
-    Method("webrl_orm", "WebRL (ORM rewards)", "recipes.webrl", WebRLConfig, overrides=("reward.source=orm",)),
+    Method(
+        "webrl_orm",
+        "WebRL (ORM rewards)",
+        "recipes.webrl",
+        WebRLConfig,
+        overrides=("reward.source=orm", "reward.orm_labels=true"),  # ORM rewards are its labels, whatever the rest use
+    ),
     Method(
         "filtered_bc",
         "Filtered BC",

@@ -192,6 +192,16 @@ def test_a_methods_own_file_goes_over_a_common_override_of_its_keys(tmp_path, ca
     assert "ablation_no_kl.yaml goes over actor.loss={objective: squared}" in out
 
 
+def test_orm_rewards_keep_their_labels_when_the_other_methods_turn_labels_off(tmp_path, quick):
+    """The evaluator-rewarded methods may skip ORM labels; WebRL with ORM rewards cannot (its reward is the label)."""
+    common = [*quick, "reward.orm_labels=false"]
+    methods = [method for method in compare.METHODS if method.name in ("webrl", "webrl_orm")]
+    comparison = Comparison(methods, tmp_path, [], common, default_file=DEFAULT_CONFIG, environment=WANDB_ENVIRONMENT)
+    rewards = {run.method.name: run.config.reward for run in comparison.runs}
+    assert (rewards["webrl"].source, rewards["webrl"].orm_labels) == ("evaluator", False)
+    assert (rewards["webrl_orm"].source, rewards["webrl_orm"].orm_labels) == ("orm", True)
+
+
 def test_an_ablation_is_set_against_the_full_webrl_of_its_own_reward_source_or_none(tmp_path, quick):
     def references(*names: str) -> dict[str, str]:
         methods = [method for method in compare.METHODS if method.name in names]
