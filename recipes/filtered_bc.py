@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         sft, demos = ensure_sft(config, fabric, env)
         fabric.print(
             f"[filtered_bc] {len(kept)} of {len(rollouts)} phase-{settings.source_phase} rollouts have a "
-            f"{settings.score} >= {threshold:.3f}; training on them + {len(demos)} demonstrations"
+            f"score ({settings.score}) >= {threshold:.3f}; training on them + {len(demos)} demonstrations"
         )
         train_actor(config, fabric, sft, kept + demos, target)
         # The evaluation is one process's (`evaluate_checkpoint`); the other ranks leave rather than wait for it in a
