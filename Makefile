@@ -7,8 +7,8 @@ export WANDB_MODE ?= offline
 setup:
 	bash scripts/setup.sh
 
-run: setup  ## set everything up and run the main job on the embedded default
-	$(PY) -m recipes.webrl
+run: setup  ## set everything up and run the main job: SmolLM2, SFT and a WebRL phase on the embedded sites
+	$(PY) -m recipes.webrl --config webrl_smollm2 --config webrl_release_loss --config webrl_learning
 
 test: setup  ## set everything up and run the test suite (fast tests + vllm tests)
 	$(PY) -m ruff check .

@@ -5,6 +5,11 @@ checkpoints and caches them in model.cache_dir, ~/.cache/webrl by default):
 
     python -m recipes.webrl
 
+The run that shows learning on a 2-core CPU (`make run`: SmolLM2-135M, a short SFT, one WebRL phase, all 230 test
+tasks; it ends by pairing the last phase with phase 0 on those tasks, also kept in `<output_dir>/gain.json`):
+
+    python -m recipes.webrl --config webrl_smollm2 --config webrl_release_loss --config webrl_learning
+
 Other configs and overrides (YAML then key=value; `--help` lists every key with the value it would take,
 `--print-config` prints the resolved config as YAML; W&B's WANDB_MODE, WANDB_PROJECT, WANDB_ENTITY
 and WANDB_DIR override the files, and key=value overrides them):
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from webrl.config import ConfigError, config_to_dict, load_config
+from webrl.evaluation.phase_gain import format_phase_gain, phase_gain, write_phase_gain
 from webrl.loop_config import WebRLConfig
 from webrl.run_config import check_run_config, keep_run_config
 from webrl.run_layout import RunLayout
@@ -179,10 +185,20 @@ def run(config: WebRLConfig) -> list[dict]:
             engine.close()
     if fabric.is_global_zero:
         print(format_phase_table(history))
+        report_gain(run_dir, history, config.env.test_split)
     for logger in loggers:
         logger.finalize("success")
     close_process_group(fabric)
     return history
+
+
+def report_gain(run_dir: Path, history: list[dict], split: str) -> None:
+    """Print (and keep in gain.json) the last phase against phase 0 on the same held-out tasks, when both exist."""
+    last_phase = max((int(record.get("phase", 0)) for record in history), default=0)
+    gain = phase_gain(run_dir, last_phase)
+    if gain is not None:
+        print(format_phase_gain(gain, split))
+        write_phase_gain(run_dir, gain)
 
 
 def engine_options(config: WebRLConfig, local_rank: int | None = None) -> dict:

@@ -131,6 +131,27 @@ def test_the_paper_scale_config_keeps_none_of_the_tiny_defaults_it_must_not_inhe
     assert config.replay.max_scored_steps == 0 and config.env.train_tasks == 0 and config.rollout.engine == "vllm"
 
 
+def make_run_arguments() -> list[str]:
+    """The arguments `make run` gives `python -m recipes.webrl`, read from the Makefile's run target."""
+    makefile = (CONFIG_DIR.parents[1] / "Makefile").read_text().splitlines()
+    command = makefile[makefile.index(next(line for line in makefile if line.startswith("run:"))) + 1]
+    return command.split("-m recipes.webrl", 1)[1].split()
+
+
+def test_make_run_is_the_smollm2_run_that_shows_learning():
+    """SmolLM2 after 0.7 epoch of SFT, one phase with the release loss over the whole replay, evaluator rewards (no
+    ORM to build), judged on every test task: the settings of the learning table's WebRL row, one phase of its three."""
+    config = recipe_config(make_run_arguments())
+    assert (config.model.base, config.sft.train.epochs, config.phases) == ("smollm2", 0.7, 1)
+    assert (config.actor.loss.objective, config.actor.advantage.form, config.actor.train.lr) == (
+        "smooth_l1",
+        "release",
+        1e-5,
+    )
+    assert (config.reward.source, config.reward.orm_labels, config.replay.max_scored_steps) == ("evaluator", False, 0)
+    assert (config.env.train_split, config.env.test_split, config.env.test_tasks) == ("train_fit", "test", 0)
+
+
 def test_a_key_a_file_marks_missing_must_be_given(tmp_path, capsys):
     """A file's `???` empties the key whatever an earlier file set; --help still shows the keys, an override gives
     it a value."""

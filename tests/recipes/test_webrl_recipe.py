@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from webrl.data.trajectory import read_trajectories
+from webrl.data.trajectory import is_success, read_trajectories
 from webrl.run_layout import RunLayout
 
 
@@ -55,6 +55,13 @@ def test_one_phase_end_to_end(tmp_path, model_cache, recipe_command, run_recipe)
     assert list((run_dir / "metrics").glob("version_*/metrics.csv"))
     assert any((run_dir / "wandb").glob("offline-run-*"))
     assert "test %" in result.stdout and "rollout err" in result.stdout
+    # The run ends by pairing phase 1 with phase 0 on the same 6 held-out tasks.
+    solved = [{t.task.task_id: is_success(t.eval_reward) for t in layout.evaluations(phase)} for phase in (0, 1)]
+    gain = json.loads((run_dir / "gain.json").read_text())
+    assert gain["tasks"] == 6 and gain["phases"] == [0, 1]
+    assert gain["gained"] == sum(solved[1][task] and not solved[0][task] for task in solved[0])
+    assert gain["lost"] == sum(solved[0][task] and not solved[1][task] for task in solved[0])
+    assert "exact McNemar p =" in result.stdout
 
     # The same command again finds everything done: nothing reruns, the table is printed again.
     again = run_recipe(recipe_command("recipes.webrl", run_dir, model_cache))
