@@ -133,9 +133,9 @@ def test_the_paper_scale_config_keeps_none_of_the_tiny_defaults_it_must_not_inhe
 
 def make_run_arguments() -> list[str]:
     """The arguments `make run` gives `python -m recipes.webrl`, read from the Makefile's run target."""
-    makefile = (CONFIG_DIR.parents[1] / "Makefile").read_text().splitlines()
-    command = makefile[makefile.index(next(line for line in makefile if line.startswith("run:"))) + 1]
-    return command.split("-m recipes.webrl", 1)[1].split()
+    lines = (CONFIG_DIR.parents[1] / "Makefile").read_text().splitlines()
+    target = next(number for number, line in enumerate(lines) if line.startswith("run:"))
+    return lines[target + 1].split("-m recipes.webrl", 1)[1].split()
 
 
 def test_make_run_is_the_smollm2_run_that_shows_learning():
