@@ -212,6 +212,21 @@ def test_score_samples_logs_a_line_not_a_bar_off_a_terminal(make_trajectory, cap
     assert captured.err.startswith("replay scoring: done 2/2 batch (100%) in ") and captured.err.count("\n") == 1
 
 
+def test_score_samples_batches_neighbours_in_length_and_returns_scores_in_sample_order(make_trajectory):
+    """Prompts of 9, 3, 7, 1, 5 x 10 characters: batches of 2 are (1, 3), (5, 7), (9), each score back in its place."""
+    samples = trajectory_to_samples(make_trajectory("a", num_steps=5))
+    lengths = {s.prompt: 10 * n for s, n in zip(samples, (9, 3, 7, 1, 5), strict=True)}
+    batches = []
+
+    def score(prompts, actions):
+        batches.append([len(p) for p in prompts])
+        return [len(p) / 100 for p in prompts]
+
+    scores = score_samples(samples, score, batch_size=2, fit_prompt=lambda s: "x" * lengths[s.prompt])
+    assert batches == [[10, 30], [50, 70], [90]]
+    assert scores == [0.9, 0.3, 0.7, 0.1, 0.5]
+
+
 def test_score_samples_rejects_a_scorer_returning_the_wrong_count(make_trajectory):
     samples = trajectory_to_samples(make_trajectory("a", num_steps=2))
     with pytest.raises(ValueError, match="returned 1 scores for a batch of 2"):
@@ -270,14 +285,18 @@ def test_the_filter_scores_the_prompt_the_actor_trains_on(tiny_model_dir, tmp_pa
     _, tokenizer = phase_training.load_actor_model(tiny_model_dir)
     samples = [s for t in (long_page, short_page) for s in trajectory_to_samples(t)]
     assert len(received) == len(samples)
-    for prompt, sample in zip(received, samples, strict=True):
+    scored = {tuple(tokenizer(prompt)["input_ids"]): prompt for prompt in received}  # scored in length order
+    matched = []
+    for sample in samples:
         batch = ActorCollator(tokenizer, max_length=300)([sample])  # one row: no padding
         ids, mask = batch["input_ids"][0].tolist(), batch["action_mask"][0].tolist()
-        assert tokenizer(prompt)["input_ids"] == ids[: mask.index(1)], (sample.task_id, sample.step_index)
+        prompt = scored.pop(tuple(ids[: mask.index(1)]), None)
+        assert prompt is not None, (sample.task_id, sample.step_index)
         instruction = sample.prompt[: sample.prompt.index(sample.intent) + len(sample.intent)]
         assert prompt.startswith(instruction), prompt[:80]
-    for prompt, sample in zip(received[:2], samples[:2], strict=True):
+        matched.append(prompt)
+    for prompt, sample in zip(matched[:2], samples[:2], strict=True):
         assert len(tokenizer(sample.prompt)["input_ids"]) > 300
         assert sample.html[:10] in prompt and sample.html not in prompt
-    assert samples[1].history[0] in received[1]
-    assert received[2] == samples[2].prompt
+    assert samples[1].history[0] in matched[1]
+    assert matched[2] == samples[2].prompt

@@ -130,6 +130,58 @@ def test_precomputed_reference_gives_the_same_loss(tiny):
     assert torch.allclose(loss, expected) and not torch.allclose(loss, computed)
 
 
+def loss_and_forward_shapes(actor: ActorModule, batch: dict) -> tuple[torch.Tensor, dict, list[torch.Size]]:
+    """`compute_loss(batch)` and the `input_ids` shape of every forward of the policy model it ran."""
+    shapes = []
+    hook = actor.model.register_forward_pre_hook(
+        lambda _, args, kwargs: shapes.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
+    try:
+        loss, metrics = actor.compute_loss(batch)
+    finally:
+        hook.remove()
+    return loss, metrics, shapes
+
+
+def test_masked_rows_skip_the_forwards_and_leave_the_gradient_unchanged(tiny):
+    """Release loss: the two negative rows (and the long one's pad columns) never reach the model, yet the loss
+    and every parameter's gradient equal the whole batch's, computed by running actor_loss on every row."""
+    model, tokenizer = tiny
+    actor = ActorModule(model, tokenizer, loss=ActorLossConfig.release(sft_weight=0.5), lr=1e-3)
+    one_step(actor, 1.0)  # so that pi differs from pi_ref
+    actor.model.zero_grad()
+    long_prompt = PROMPT + " and then some more text that makes this row the longest" * 3
+    triples = [(PROMPT, ACTION, 1.0), (long_prompt, "exit()", -0.6), ("Home", ACTION, 1.0), ("Home", "exit()", -0.6)]
+    batch = ActorModule.collate(tokenizer, triples)
+
+    loss, metrics, widths = loss_and_forward_shapes(actor, batch)
+    assert [shape[0] for shape in widths] == [2]  # the policy's forward on the positive rows (pi_ref is a copy)
+    assert widths[0][1] < batch["input_ids"].shape[1]  # the long negative's pad columns are gone too
+    loss.backward()
+    skipped = {name: p.grad.clone() for name, p in actor.model.named_parameters()}
+    actor.model.zero_grad()
+
+    logp_sum = actor.policy_logprobs(batch).sum(-1)
+    ref_sum = actor.reference_logprob_sum(batch)
+    expected, _ = actor_loss(logp_sum, ref_sum, batch["action_mask"].sum(-1), batch["advantage"], actor.loss_config)
+    expected.backward()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    for name, p in actor.model.named_parameters():
+        assert torch.allclose(skipped[name], p.grad, atol=1e-6), name
+    assert metrics["actor/masked_frac"].item() == pytest.approx(0.5)
+    assert metrics["actor/advantage_mean"].item() == pytest.approx(0.2)  # (1 - .6 + 1 - .6) / 4, every row
+
+
+def test_a_batch_with_no_trainable_row_runs_one_row_and_moves_nothing(tiny):
+    model, tokenizer = tiny
+    actor = ActorModule(model, tokenizer, loss=ActorLossConfig.release(), lr=1e-3)
+    batch = ActorModule.collate(tokenizer, [(PROMPT, ACTION, -0.6), ("Home", "exit()", -0.6)])
+    loss, metrics, shapes = loss_and_forward_shapes(actor, batch)
+    loss.backward()
+    assert [shape[0] for shape in shapes] == [1] and loss.item() == 0.0 and metrics["actor/masked_frac"].item() == 1.0
+    assert all(not p.grad.any() for p in actor.model.parameters() if p.grad is not None)
+
+
 def test_advantage_from_an_attached_critic(tiny_dir):
     actor = ActorModule(tiny_dir, advantage=AdvantageConfig(form="release"))
     critic = CriticModule(tiny_dir)

@@ -18,6 +18,7 @@ from webrl.modules.losses import (
     orm_loss,
     paper_advantage,
     release_advantage,
+    trainable_rows,
     yes_probability,
 )
 
@@ -139,6 +140,27 @@ def test_the_sft_term_does_not_depend_on_how_rows_are_split():
     whole = actor_loss(logp, ref, count, adv, config)[0].item()
     halves = [actor_loss(logp[i:j], ref[i:j], count[i:j], adv[i:j], config)[0].item() for i, j in ((0, 2), (2, 4))]
     assert whole == pytest.approx(sum(halves) / 2, rel=1e-6)
+
+
+def test_the_positive_rows_alone_give_the_whole_batchs_loss_over_its_rows():
+    """The release loss masks s1 (A = -0.6): s0, s2, s3 with rows=4 are the whole batch's (.32 + .025 + 0) / 4."""
+    logp, ref, count, adv = release_case()
+    config = ActorLossConfig.release(sft_weight=1.0)
+    whole, whole_stats = actor_loss(logp, ref, count, adv, config)
+    keep = trainable_rows(adv.clone(), config)
+    assert keep.tolist() == [True, False, True, True]
+    part, part_stats = actor_loss(logp[keep], ref[keep], count[keep], adv[keep], config, rows=4)
+    assert part.item() == pytest.approx(whole.item(), rel=1e-6)
+    assert whole.item() != pytest.approx(actor_loss(logp[keep], ref[keep], count[keep], adv[keep], config)[0].item())
+    assert part_stats["masked_frac"].item() == pytest.approx(0.25) == whole_stats["masked_frac"].item()
+    assert part_stats["sft_loss"].item() == pytest.approx(whole_stats["sft_loss"].item(), rel=1e-6)
+
+
+def test_trainable_rows_keep_every_row_when_negatives_train_and_one_when_none_can():
+    assert trainable_rows(t(1.0, -0.6), ActorLossConfig.paper()) is None  # negatives train: every row
+    assert trainable_rows(t(1.0, 1.0), ActorLossConfig.release()) is None  # all positive: every row
+    # No positive: the first row alone still runs, with mask 0, so every rank joins the step's collectives.
+    assert trainable_rows(t(-0.6, 0.0, -0.6), ActorLossConfig.release()).tolist() == [True, False, False]
 
 
 def test_each_release_choice_alone():

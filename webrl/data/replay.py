@@ -260,17 +260,27 @@ class PeerScoringError(RuntimeError):
 def _score_shard(
     shard: list[StepSample], score: Scorer, prompt_of: PromptFitter, batch_size: int, rank: int
 ) -> list[float]:
-    local: list[float] = []
+    """The shard's scores in shard order, computed in batches of neighbours in length.
+
+    A step's score does not depend on its batch (positions come from the attention mask), so scoring the steps
+    sorted by prompt and action length only spares the padding: in input order, a batch of 8 steps whose prompts
+    run from 100 to 900 tokens pads every row to the longest.
+    """
+    prompts = [prompt_of(s) for s in shard]
+    order = sorted(range(len(shard)), key=lambda i: len(prompts[i]) + len(shard[i].action))
+    local = [0.0] * len(shard)
     starts = range(0, len(shard), batch_size)
     # Progress on rank 0 only: a bar on a terminal, a periodic line elsewhere.
     for start in progress_bar(starts, desc="replay scoring", unit="batch", enabled=rank == 0):
-        batch = shard[start : start + batch_size]
-        prompts, actions = [prompt_of(s) for s in batch], [s.action for s in batch]
-        cut = [s.truncated for s in batch]
-        scores = score(prompts, actions, cut) if any(cut) else score(prompts, actions)
+        chosen = order[start : start + batch_size]
+        batch = [shard[i] for i in chosen]
+        actions, cut = [s.action for s in batch], [s.truncated for s in batch]
+        texts = [prompts[i] for i in chosen]
+        scores = score(texts, actions, cut) if any(cut) else score(texts, actions)
         if len(scores) != len(batch):
             raise ValueError(f"scorer returned {len(scores)} scores for a batch of {len(batch)}")
-        local.extend(float(x) for x in scores)
+        for i, x in zip(chosen, scores, strict=True):
+            local[i] = float(x)
     return local
 
 

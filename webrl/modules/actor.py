@@ -46,7 +46,7 @@ from webrl.modules.lm import (
     collate_actions,
     model_and_tokenizer,
 )
-from webrl.modules.losses import actor_loss, compute_advantage
+from webrl.modules.losses import actor_loss, compute_advantage, trainable_rows
 from webrl.modules.settings import ActorLossConfig, AdvantageConfig, LoraSettings
 
 
@@ -181,12 +181,21 @@ class ActorModule(WebRLModule):
         return compute_advantage(value, next_value, batch, self.advantage_config)
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        token_logprobs = self.policy_logprobs(batch)  # (B, T)
-        logp_sum = token_logprobs.sum(-1)  # (B,)
-        count = batch["action_mask"].sum(-1)  # (B,)
-        ref_sum = batch["ref_logprob_sum"] if "ref_logprob_sum" in batch else self.reference_logprob_sum(batch)
-        advantage = batch["advantage"] if "advantage" in batch else self.critic_advantage(batch)
-        loss, stats = actor_loss(logp_sum, ref_sum, count, advantage.to(logp_sum.dtype), self.loss_config)
+        """The loss of `batch` and its metrics. Rows the loss masks (`trainable_rows`) are left out of the policy and
+        reference forwards; the loss is still the mean over every row, so its gradient is the whole batch's."""
+        advantage = batch["advantage"] if "advantage" in batch else self.critic_advantage(batch)  # (B,)
+        rows = advantage.shape[0]
+        keep = trainable_rows(advantage, self.loss_config)
+        trained = batch if keep is None else rows_of(batch, keep)
+        token_logprobs = self.policy_logprobs(trained)  # (b, T)
+        logp_sum = token_logprobs.sum(-1)  # (b,)
+        count = trained["action_mask"].sum(-1)  # (b,)
+        ref_sum = trained["ref_logprob_sum"] if "ref_logprob_sum" in trained else self.reference_logprob_sum(trained)
+        kept_advantage = advantage if keep is None else advantage[keep]
+        loss, stats = actor_loss(
+            logp_sum, ref_sum, count, kept_advantage.to(logp_sum.dtype), self.loss_config, rows=rows
+        )
+        stats["advantage_mean"] = advantage.detach().float().mean()
         metrics = {"actor/loss": loss.detach(), **{f"actor/{name}": value for name, value in stats.items()}}
         return loss, metrics
 
@@ -209,6 +218,28 @@ class ActorModule(WebRLModule):
         model.save_pretrained(out)
         self.tokenizer.save_pretrained(out)
         return out
+
+
+TOKEN_KEYS = ("input_ids", "attention_mask", "action_mask")
+"""The (B, T) columns of an actor batch that share its token axis."""
+
+
+def rows_of(batch: dict[str, torch.Tensor], keep: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The rows `keep` (bool, (B,)) of an actor batch, without the token columns that are padding in all of them.
+
+    Position ids come from the attention mask (`action_token_logprobs`), so dropping pad columns changes no
+    row's values; it only stops the forwards from computing them.
+    """
+    size = keep.shape[0]
+    picked = {
+        key: value[keep] if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == size else value
+        for key, value in batch.items()
+    }
+    filled = picked["attention_mask"].bool().any(0).nonzero().flatten()  # (T',) columns with a token
+    first, last = int(filled[0]), int(filled[-1]) + 1
+    for key in TOKEN_KEYS:
+        picked[key] = picked[key][:, first:last]
+    return picked
 
 
 def _reference_from_loaded_policy(module: ActorModule, incompatible_keys: object) -> None:
