@@ -151,13 +151,8 @@ def actor_loss(
     mask = torch.ones_like(per_sample) if config.train_negatives else (advantage > 0).to(per_sample.dtype)  # (B,)
     rows = per_sample.shape[0] if rows is None else rows
     loss = (per_sample * mask).sum() / rows
-    sft = torch.zeros((), dtype=loss.dtype, device=loss.device)
-    if config.sft_weight:
-        weight = torch.exp(1.0 - torch.exp(logp_sum.detach() / count))  # (B,): larger for unlikely actions
-        positive = (advantage > 0).to(logp_sum.dtype)  # (B,)
-        # Per action, then over rows like the main term: a mean over tokens made a step depend on the split.
-        sft = -(logp_sum / count * weight * positive).sum() / rows
-        loss = loss + config.sft_weight * sft
+    sft = _sft_term(logp_sum, count, advantage, rows) if config.sft_weight else loss.new_zeros(())
+    loss = loss + config.sft_weight * sft
     stats = {
         "logratio": logratio.detach().mean(),
         "beta": beta.mean(),
@@ -167,6 +162,16 @@ def actor_loss(
         "sft_loss": sft.detach(),
     }
     return loss, stats
+
+
+def _sft_term(logp_sum: torch.Tensor, count: torch.Tensor, advantage: torch.Tensor, rows: int) -> torch.Tensor:
+    """[C] `add_sft_loss`: -log pi / |a| weighted by exp(1 - p), larger for unlikely actions, on positives only.
+
+    Per action, then over rows like the main term: a mean over tokens made a step depend on the split.
+    """
+    weight = torch.exp(1.0 - torch.exp(logp_sum.detach() / count))  # (B,)
+    positive = (advantage > 0).to(logp_sum.dtype)  # (B,)
+    return -(logp_sum / count * weight * positive).sum() / rows
 
 
 def trainable_rows(advantage: torch.Tensor, config: ActorLossConfig) -> torch.Tensor | None:
