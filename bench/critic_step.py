@@ -5,7 +5,10 @@ The critic once trained on (s, s') pairs in random batches: each step ran two tr
 backward, and every interior state of a trajectory came twice per epoch (s'_t is s_{t+1}). It now trains on
 each distinct state once (`webrl.data.critic_states`) in length-grouped batches. The actor step once ran the
 frozen critic on s and s' of every sample besides the policy's forward and backward and the reference's
-forward; its advantages are now computed once per stage (`webrl.modules.advantages`). Figures per mode:
+forward; its advantages are now computed once per stage (`webrl.modules.advantages`). Under the release loss
+(`actor.loss.train_negatives=false`) a row with A <= 0 adds nothing, and its forwards are skipped: the last two
+figures time that loss on the same batches with every row at A = +1 (`actor_release`) and with each batch's
+first row at -0.6 (`actor_release_masked`). Figures per mode:
 median seconds per optimiser step after one warm-up step, steps per epoch on the same trajectories, and
 so seconds per epoch; for the precomputed advantages also the one-off scoring time.
 
@@ -120,7 +123,7 @@ def measure(args: argparse.Namespace) -> dict:
     from webrl.modules.advantages import precompute_advantages
     from webrl.modules.critic import CriticModule
     from webrl.modules.lm import load_model_and_tokenizer
-    from webrl.modules.settings import AdvantageConfig
+    from webrl.modules.settings import ActorLossConfig, AdvantageConfig
 
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as work:
@@ -143,6 +146,10 @@ def measure(args: argparse.Namespace) -> dict:
         precompute_advantages(critic, samples, AdvantageConfig(), max_length=args.max_length, autocast=autocast)
         scoring = time.perf_counter() - started
         precomputed = time_steps(actor, [collate_actor(chunk) for chunk in chunks], args.steps, args.bf16)
+        release = ActorModule(model, actor_tokenizer, loss=ActorLossConfig.release())
+        all_rows, masked_rows = release_batches(chunks, collate_actor)
+        release_all = time_steps(release, all_rows, args.steps, args.bf16)
+        release_masked = time_steps(release, masked_rows, args.steps, args.bf16)
 
     pair_steps, state_steps = len(pair_batches), len(state_batches)
     return {
@@ -163,7 +170,20 @@ def measure(args: argparse.Namespace) -> dict:
         "actor_precomputed_s_per_step": precomputed,
         "advantage_scoring_s": scoring,
         "actor_steps_per_epoch": len(chunks),
+        "actor_release_s_per_step": release_all,
+        "actor_release_masked_s_per_step": release_masked,
     }
+
+
+def release_batches(chunks: list[list], collate) -> tuple[list[dict], list[dict]]:
+    """The same actor batches twice: every row at A = +1, then each batch's first row at -0.6 (masked)."""
+    for chunk in chunks:
+        for sample in chunk:
+            sample.advantage = 1.0
+    every_row = [collate(chunk) for chunk in chunks]
+    for chunk in chunks:
+        chunk[0].advantage = -0.6
+    return every_row, [collate(chunk) for chunk in chunks]
 
 
 def critic_inputs(args: argparse.Namespace, tokenizer) -> tuple:

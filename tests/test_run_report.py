@@ -99,9 +99,12 @@ def _write_phase_1_signals(layout: RunLayout, labelled) -> None:
     state = {"schema": 1, "phase": 1, "seen": [], "record": {"phase": 1, "kept": kept, "rejected": rejected}}
     write_json_atomic(layout.phase_dir(1) / "curriculum_state.json", state)
     experience = [build_trajectory(f"old-{i}", num_steps=2, outcome=1.0) for i in range(2)]
+    steps = [(s.prompt, s.action) for t in experience for s in trajectory_to_samples(t)]
+    table = dict(zip(steps, REPLAY_SCORES, strict=True))  # each step's score, in whatever order they are scored
+    assert len(table) == len(REPLAY_SCORES)
     filter_by_perplexity(
         experience,
-        lambda prompts, actions: REPLAY_SCORES[: len(prompts)],
+        lambda prompts, actions: [table[pair] for pair in zip(prompts, actions, strict=True)],
         current_steps=10,
         batch_size=4,
         scores_path=layout.replay_scores_path(1),
