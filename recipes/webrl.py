@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from webrl.cache_builds import build_metrics
 from webrl.config import ConfigError, config_to_dict, load_config
 from webrl.evaluation.phase_gain import format_phase_gain, phase_gain, write_phase_gain
 from webrl.loop_config import WebRLConfig
@@ -160,7 +161,7 @@ def run(config: WebRLConfig) -> list[dict]:
     from webrl.inference.engine import build_engine
     from webrl.loop import PhaseLoop
     from webrl.orm_threshold import ensure_orm_threshold
-    from webrl.report import format_phase_table
+    from webrl.report import format_phase_table, format_stage_table
     from webrl.starting_models import ensure_orm, ensure_sft
     from webrl.tracking import build_loggers
     from webrl.web_environment import WebEnvironment
@@ -185,11 +186,19 @@ def run(config: WebRLConfig) -> list[dict]:
             engine.close()
     if fabric.is_global_zero:
         print(format_phase_table(history))
+        print(format_stage_table(history, sft_training_time(sft)))
         report_gain(run_dir, history, config.env.test_split)
     for logger in loggers:
         logger.finalize("success")
     close_process_group(fabric)
     return history
+
+
+def sft_training_time(sft: Path) -> dict[str, float]:
+    """The SFT actor's training seconds as its cache entry recorded them, for the stage table; {} for an actor
+    given by path, which records none."""
+    seconds = build_metrics(Path(sft)).get("sft/seconds")
+    return {"SFT actor": float(seconds)} if isinstance(seconds, (int, float)) else {}
 
 
 def report_gain(run_dir: Path, history: list[dict], split: str) -> None:

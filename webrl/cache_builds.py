@@ -38,6 +38,15 @@ def is_built(path: Path) -> bool:
     return (path / DONE_MARKER).exists()
 
 
+def build_metrics(target: Path) -> dict[str, float]:
+    """The metrics a build kept in its done marker (an SFT actor's `sft/seconds`); {} where it kept none."""
+    try:
+        metrics = json.loads((target / DONE_MARKER).read_text()).get("metrics")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return metrics if isinstance(metrics, dict) else {}
+
+
 def staging_dir(target: Path) -> Path:
     """A new empty directory beside `target` to build it in (`.<name>.tmp-<random>`), then renamed to it.
 

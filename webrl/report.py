@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from webrl.run_state import STAGES
+
 
 def _pct(value: Any) -> str:
     return f"{100 * value:.1f}" if isinstance(value, (int, float)) else "-"
@@ -42,6 +44,31 @@ def format_phase_table(history: list[dict[str, Any]]) -> str:
             ]
         )
     return _align(rows)
+
+
+def format_stage_table(history: list[dict[str, Any]], before: dict[str, float] | None = None) -> str:
+    """Minutes per stage of each phase (`time/<stage>_s`, every attempt of a resumed stage counted), and the total.
+
+    `before` adds rows with a total alone, in seconds by name, for what ran before the phases (the SFT actor's
+    training): so that the end of a run shows where its wall time went without opening the report.
+    """
+    stages = [stage for stage in STAGES if any(f"time/{stage}_s" in record for record in history)]
+    rows = [["", *stages, "all (min)"]]
+    totals = []
+    for name, seconds in (before or {}).items():
+        rows.append([name, *["" for _ in stages], f"{seconds / 60:.1f}"])
+        totals.append(seconds)
+    for record in history:
+        seconds = record.get("time/phase_s", sum(record.get(f"time/{stage}_s", 0.0) for stage in stages))
+        minutes = [_minutes(record.get(f"time/{stage}_s")) for stage in stages]
+        rows.append([f"phase {record.get('phase')}", *minutes, f"{seconds / 60:.1f}"])
+        totals.append(seconds)
+    rows.append(["total", *["" for _ in stages], f"{sum(totals) / 60:.1f}"])
+    return _align(rows)
+
+
+def _minutes(seconds: Any) -> str:
+    return f"{seconds / 60:.1f}" if isinstance(seconds, (int, float)) else "-"
 
 
 def format_comparison(history: list[dict[str, Any]], baselines: dict[str, dict[str, float]]) -> str:
