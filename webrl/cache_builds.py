@@ -40,11 +40,17 @@ def is_built(path: Path) -> bool:
 
 def build_metrics(target: Path) -> dict[str, float]:
     """The metrics a build kept in its done marker (an SFT actor's `sft/seconds`); {} where it kept none."""
-    try:
-        metrics = json.loads((target / DONE_MARKER).read_text()).get("metrics")
-    except (OSError, ValueError, AttributeError):
-        return {}
+    metrics = _marker_record(target / DONE_MARKER).get("metrics")
     return metrics if isinstance(metrics, dict) else {}
+
+
+def _marker_record(marker: Path) -> dict[str, Any]:
+    """A done marker's JSON object; {} for a marker that is missing, unreadable or not an object (older entries)."""
+    try:
+        record = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def staging_dir(target: Path) -> Path:
@@ -92,9 +98,8 @@ def warn_if_built_by_other_code(target: Path, marker: Path) -> bool:
     therefore reuses what older code built; this says so, naming both commits, so that it is never silent. A
     marker without a record (older entries) or a checkout without git says nothing.
     """
-    try:
-        built = json.loads(marker.read_text()).get("code") or {}
-    except (OSError, ValueError, AttributeError):
+    built = _marker_record(marker).get("code") or {}
+    if not built:
         return False
     current = code_version()
     field = "commit" if built.get("commit") and current["commit"] else "webrl"
