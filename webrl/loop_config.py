@@ -392,6 +392,10 @@ class ActorConfig:
     loss: ActorLossConfig = field(default_factory=ActorLossConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
+    order_seed: int | None = None
+    """Seed of this stage's batch order in place of the run's `seed` (None: `seed`). Changing it alone reruns the
+    stage on the same data in another order, nothing else: how far a stage's outcome moves between runs is measured
+    this way, on a branch of a finished run (`recipes.branch`, docs/experiments.md)."""
 
     def validate(self) -> None:
         """The stage's settings, the loss's and advantage's own checks, and the values those leave unchecked."""
@@ -417,6 +421,10 @@ class CriticConfig:
     head_init_std: float = HEAD_INIT_STD
     """Std of the value heads' first two Linear weights (the release's 0.2); the heads' logits scale with its square,
     so a smaller value starts V nearer 1/2 and the critic's loss nearer ln 2 per head (docs/method.md §7.2)."""
+    order_seed: int | None = None
+    """Seed of this stage's batch order in place of the run's `seed` (None: `seed`). Changing it alone reruns the
+    stage on the same data in another order, nothing else: how far a stage's outcome moves between runs is measured
+    this way, on a branch of a finished run (`recipes.branch`, docs/experiments.md)."""
 
     def validate(self) -> None:
         self.train.validate("critic.train")

@@ -74,10 +74,16 @@ def replay_datamodule(
         max_length=config.model.max_length,
         gamma=config.actor.advantage.gamma,
         group_by_length=settings.group_by_length,
-        seed=stage_seed(config.seed, phase, target),
+        seed=stage_seed(order_seed(config, target), phase, target),
     )
     data.setup()
     return data
+
+
+def order_seed(config: WebRLConfig, target: str) -> int:
+    """The seed `target`'s ("critic" or "actor") batch order derives from: its section's `order_seed`, else `seed`."""
+    chosen = getattr(config, target).order_seed
+    return config.seed if chosen is None else chosen
 
 
 def filter_replay(
