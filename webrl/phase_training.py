@@ -233,6 +233,7 @@ def score_advantages(
         config.actor.advantage,
         max_length=config.model.max_length,
         autocast=fabric.autocast(),
+        progress=fabric.is_global_zero,
     )
     if values_path is not None and fabric.is_global_zero:
         columns = (scores.value.tolist(), scores.next_value.tolist(), scores.advantage.tolist())

@@ -56,6 +56,15 @@ def test_each_distinct_state_is_scored_once_with_its_own_value(critic, samples):
     assert values[samples[0].prompt] == pytest.approx(alone.item(), abs=1e-5)
 
 
+def test_state_scoring_shows_its_progress_and_keeps_its_values(critic, samples, capsys):
+    quiet = state_values(critic, samples, max_length=MAX_LENGTH, batch_size=2)
+    assert capsys.readouterr().err == ""
+    shown = state_values(critic, samples, max_length=MAX_LENGTH, batch_size=2, progress=True)
+    # 7 distinct states in batches of 2: the line that ends the stage (stderr is no terminal here) counts 4 batches.
+    assert "advantage scoring: done 4/4 batch" in capsys.readouterr().err
+    assert shown == quiet
+
+
 def test_an_actor_batch_with_advantages_needs_no_critic_and_gives_the_same_loss(tiny_dir, critic, samples):
     model, tokenizer = load_model_and_tokenizer(tiny_dir)
     actor = ActorModule(model, tokenizer, critic=critic)
