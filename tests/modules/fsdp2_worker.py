@@ -37,7 +37,7 @@ def build(name: str, model_dir: str) -> tuple[torch.nn.Module, dict[str, torch.T
 
 
 def main(model_dir: str, out_dir: str) -> None:
-    from webrl.distributed import build_fabric
+    from webrl.distributed import build_fabric, close_process_group
     from webrl.fabric_config import FabricConfig
     from webrl.inference.weight_sync import full_state_dict
     from webrl.training import setup_for_training
@@ -56,6 +56,7 @@ def main(model_dir: str, out_dir: str) -> None:
         if fabric.is_global_zero:
             torch.save(state, Path(out_dir) / f"{name}.pt")
         fabric.barrier()
+    close_process_group(fabric)
 
 
 if __name__ == "__main__":

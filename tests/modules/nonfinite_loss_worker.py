@@ -31,7 +31,7 @@ def poisonable_sft(model_dir: str):
 def main(model_dir: str, out_dir: str) -> None:
     from step_weights_worker import micro_batches
 
-    from webrl.distributed import build_fabric
+    from webrl.distributed import build_fabric, close_process_group
     from webrl.fabric_config import FabricConfig
     from webrl.stage_settings import StageSettings
     from webrl.training import setup_for_training, train_module
@@ -51,6 +51,7 @@ def main(model_dir: str, out_dir: str) -> None:
     except FloatingPointError as err:
         outcome = str(err)
     (Path(out_dir) / f"rank{fabric.global_rank}.txt").write_text(outcome)
+    close_process_group(fabric)
 
 
 if __name__ == "__main__":

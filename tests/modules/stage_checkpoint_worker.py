@@ -20,7 +20,7 @@ OUTCOMES = [1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
 def main(strategy: str, model_dir: str, checkpoint_dir: str, out_file: str) -> None:
     from torch.utils.data import DataLoader
 
-    from webrl.distributed import build_fabric
+    from webrl.distributed import build_fabric, close_process_group
     from webrl.fabric_config import FabricConfig
     from webrl.inference.weight_sync import full_state_dict
     from webrl.modules.critic import CriticModule
@@ -49,7 +49,7 @@ def main(strategy: str, model_dir: str, checkpoint_dir: str, out_file: str) -> N
     state = full_state_dict(module, merge_lora=False)
     if fabric.is_global_zero:
         torch.save({"weights": state, "trained": len(trained)}, out_file)
-    fabric.barrier()
+    close_process_group(fabric)
 
 
 if __name__ == "__main__":

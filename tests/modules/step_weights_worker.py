@@ -41,7 +41,7 @@ def build(model_dir: str):
 
 
 def main(model_dir: str, out_dir: str) -> None:
-    from webrl.distributed import build_fabric
+    from webrl.distributed import build_fabric, close_process_group
     from webrl.fabric_config import FabricConfig
     from webrl.stage_settings import StageSettings
     from webrl.training import setup_for_training, train_module
@@ -56,7 +56,7 @@ def main(model_dir: str, out_dir: str) -> None:
     train_module(fabric, wrapped, optimizer, [batch], settings, name="sft", progress=False)
     if fabric.is_global_zero:
         torch.save(module.state_dict(), Path(out_dir) / "sft.pt")
-    fabric.barrier()
+    close_process_group(fabric)
 
 
 if __name__ == "__main__":
