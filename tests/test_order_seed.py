@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.sample_records import one_token_tokenizer
+from tests.sample_records import build_trajectory, one_token_tokenizer
 from webrl import phase_training
 from webrl.config import load_config
 from webrl.config_checks import ConfigError
-from webrl.data.trajectory import Step, Task, Trajectory, write_trajectories
+from webrl.data.trajectory import write_trajectories
 from webrl.loop_config import WebRLConfig
 from webrl.run_layout import RunLayout
 from webrl.stage_settings import StageSettings
@@ -23,21 +23,16 @@ from webrl.stage_settings import StageSettings
 PHASE = 1
 
 
-def trajectory(task_id: str, steps: int, outcome: float) -> Trajectory:
-    task = Task(task_id=task_id, intent=f"Open item {task_id}", sites=["shopping"], start_url="")
-    episode = Trajectory(task=task, outcome=outcome, phase=PHASE, status="exit", trajectory_id=task_id)
-    for i in range(steps):
-        text = f"{task_id} state {i} " + "page " * (i + 3 * len(task_id))
-        episode.steps.append(Step(index=i, prompt=text, observation=text, response=f"act {i}"))
-    return episode
-
-
 def batch_order(tmp_path: Path, target: str, *overrides: str) -> list[tuple[str, ...]]:
     """The batches `target`'s stage of phase 1 would train on, as the prompts of their rows."""
     config = load_config(WebRLConfig, [f"output_dir={tmp_path}", *overrides])
     layout = RunLayout(tmp_path)
     if not layout.labelled_path(PHASE).exists():
-        episodes = [trajectory(f"task{i}", steps=4, outcome=float(i % 2)) for i in range(6)]
+        # Pages of six sizes, so that grouping by length has lengths to sort.
+        episodes = [
+            build_trajectory(f"task{i}", num_steps=4, outcome=float(i % 2), phase=PHASE, html_size=40 * (i + 1))
+            for i in range(6)
+        ]
         write_trajectories(layout.labelled_path(PHASE), episodes)
         layout.replay_samples_path(PHASE).write_text("")
     settings = StageSettings(batch_size=2, group_by_length=True)
