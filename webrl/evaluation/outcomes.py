@@ -23,16 +23,17 @@ from webrl.run_layout import RunLayout
 _PHASE_DIR, _RANK_SHARD = re.compile(r"phase_(\d+)"), re.compile(r"eval\.rank\d+\.jsonl")
 
 
-def task_outcomes(trajectories: list[Trajectory]) -> list[TaskOutcome]:
-    """Each trajectory's task and evaluator verdict (`is_success(eval_reward)`), as `webrl.metrics` counts it.
+def scored_episodes(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The trajectories with an evaluator verdict: one without an evaluator reward, or that the browser, the site or
+    the engine failed (`infra_error`), is left out, as it is from the success rates."""
+    return [t for t in trajectories if t.eval_reward is not None and not t.infra_error]
 
-    Trajectories without an evaluator reward, or that the browser, the site or the engine failed (`infra_error`), are
-    left out, as they are from the success rates.
-    """
+
+def task_outcomes(trajectories: list[Trajectory]) -> list[TaskOutcome]:
+    """Each scored trajectory's task and evaluator verdict (`is_success(eval_reward)`), as `webrl.metrics` counts it."""
     return [
         TaskOutcome(t.task.task_id, t.task.site, t.task.intent_template_id, is_success(t.eval_reward))
-        for t in trajectories
-        if t.eval_reward is not None and not t.infra_error
+        for t in scored_episodes(trajectories)
     ]
 
 
