@@ -2,11 +2,14 @@
 
 Run as `python tests/modules/nonfinite_loss_worker.py MODEL_DIR OUT_DIR`; Fabric re-launches the script for rank 1.
 Each rank trains 4 micro-batches at `accumulate=2` through `webrl.training.train_module` and writes what ended its
-stage to `OUT_DIR/rank{r}.txt`: the `FloatingPointError`'s message, or `finished`.
+stage to `OUT_DIR/rank{r}.txt`: the `FloatingPointError`'s message, or `finished`. SIGUSR1 prints each rank's
+stacks to stderr, which the test shows when the ranks outlive its limit.
 """
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 import sys
 from pathlib import Path
 
@@ -29,6 +32,7 @@ def poisonable_sft(model_dir: str):
 
 
 def main(model_dir: str, out_dir: str) -> None:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for every rank's stacks if they hang
     from step_weights_worker import micro_batches
 
     from webrl.distributed import build_fabric, close_process_group

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,14 @@ def _run_two_ranks(model_dir: Path, out_dir: Path) -> None:
     try:
         _, stderr = process.communicate(timeout=HANG_S)
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGUSR1)  # each rank prints its threads' stacks (the worker's faulthandler)
+        time.sleep(3)
         os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail(f"the ranks still ran after {HANG_S} s: one waits in a collective for a rank that left")
+        _, stderr = process.communicate()
+        pytest.fail(
+            f"the ranks still ran after {HANG_S} s: one waits in a collective for a rank that left, or for one "
+            f"that failed; the ranks' stderr ends:\n{stderr[-6000:]}"
+        )
     assert process.returncode == 0, stderr[-4000:]
 
 
