@@ -22,7 +22,7 @@ from webrl.evaluation.outcomes import (
     success_map,
     task_outcomes,
 )
-from webrl.evaluation.stats import mcnemar, require_same_tasks, wilson_interval
+from webrl.evaluation.stats import require_same_tasks, shared_mcnemar, wilson_interval
 from webrl.run_layout import RunLayout
 
 
@@ -99,11 +99,10 @@ def pair(before: Evaluation, after: Evaluation) -> dict[str, Any]:
     lost to an infrastructure failure is left out of the pairing.
     """
     require_same_tasks(before.attempted, after.attempted)
-    shared = sorted(set(before.episodes) & set(after.episodes))
     old, new = before.outcomes, after.outcomes
-    test = mcnemar({task: new[task] for task in shared}, {task: old[task] for task in shared})
-    lost = [task for task in shared if old[task] and not new[task]]
-    gained = [task for task in shared if new[task] and not old[task]]
+    test = shared_mcnemar(new, old)
+    lost = [task for task, won in old.items() if won and task in new and not new[task]]
+    gained = [task for task, won in new.items() if won and task in old and not old[task]]
     return {
         "before": before.name,
         "after": after.name,
