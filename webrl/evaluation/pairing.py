@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from webrl.data.trajectory import Trajectory, is_success
+from webrl.evaluation.breakdown import TaskOutcome, rate_of
 from webrl.evaluation.outcomes import (
     attempted_ids,
     read_evaluation,
@@ -22,7 +23,7 @@ from webrl.evaluation.outcomes import (
     success_map,
     task_outcomes,
 )
-from webrl.evaluation.stats import require_same_tasks, shared_mcnemar, wilson_interval
+from webrl.evaluation.stats import require_same_tasks, shared_mcnemar
 from webrl.run_layout import RunLayout
 
 
@@ -72,22 +73,22 @@ def _last_phase_evaluation(run_dir: Path) -> tuple[list[Trajectory], str]:
 
 def summarise(evaluation: Evaluation) -> dict[str, Any]:
     """Successes of the scored tasks with their 95 % Wilson interval, mean episode steps, success per site."""
-    outcomes = evaluation.outcomes
-    successes, tasks = sum(outcomes.values()), len(outcomes)
-    sites: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for task, episode in evaluation.episodes.items():
-        sites[episode.task.site][0] += outcomes[task]
-        sites[episode.task.site][1] += 1
+    outcomes = task_outcomes(list(evaluation.episodes.values()))
+    overall = rate_of(evaluation.name, outcomes)
+    sites: dict[str, list[TaskOutcome]] = defaultdict(list)
+    for outcome in outcomes:
+        sites[outcome.site].append(outcome)
+    by_site = [rate_of(site, members) for site, members in sorted(sites.items())]
     steps = sum(len(episode.steps) for episode in evaluation.episodes.values())
     return {
         "name": evaluation.name,
         "source": evaluation.source,
-        "tasks": tasks,
-        "successes": successes,
-        "rate": successes / tasks if tasks else 0.0,
-        "wilson_95": list(wilson_interval(successes, tasks)) if tasks else [0.0, 0.0],
-        "mean_steps": steps / tasks if tasks else 0.0,
-        "sites": {site: {"successes": won, "tasks": count} for site, (won, count) in sorted(sites.items())},
+        "tasks": overall.n,
+        "successes": overall.successes,
+        "rate": overall.rate,
+        "wilson_95": list(overall.interval) if overall.n else [0.0, 0.0],
+        "mean_steps": steps / overall.n if overall.n else 0.0,
+        "sites": {rate.label: {"successes": rate.successes, "tasks": rate.n} for rate in by_site},
     }
 
 
