@@ -62,3 +62,12 @@ def test_launch_logs_come_in_launch_order_past_nine_launches(tmp_path):
         "version_9",
         "version_10",
     ]
+
+
+def test_phases_are_the_numbered_phase_directories_in_order(tmp_path):
+    layout = RunLayout(tmp_path)
+    assert layout.phases() == []
+    for name in ("phase_010", "phase_002", "phase_old", "phase_"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "phase_003").write_text("a file, not a phase")
+    assert layout.phases() == [2, 10]

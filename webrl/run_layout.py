@@ -74,6 +74,12 @@ class RunLayout:
     def phase_dir(self, phase: int) -> Path:
         return self.root / phase_name(phase)
 
+    def phases(self) -> list[int]:
+        """The numbers of the phase directories present, in order; a directory such as `phase_old` that a user
+        left beside them is not a phase and is skipped, not an error."""
+        numbers = (path.name.removeprefix("phase_") for path in self.root.glob("phase_*") if path.is_dir())
+        return sorted(int(number) for number in numbers if number.isdigit())
+
     def tasks_path(self, phase: int) -> Path:
         return self.phase_dir(phase) / "tasks.json"
 

@@ -86,6 +86,7 @@ def test_a_run_directory_reads_its_last_evaluated_phase_with_every_rank(tmp_path
     write(layout.eval_path(1, 0), {"1"}, {}, tasks=TASKS[:4])
     write(layout.eval_path(1, 1), {"5", "6"}, {}, tasks=TASKS[4:])
     (layout.phase_dir(2)).mkdir()
+    write(layout.root / "phase_old" / "eval.rank0.jsonl", set(), {})
     evaluation = load_evaluation(str(layout.root))
     assert evaluation.name == "run"
     assert evaluation.source.endswith("phase_001")

@@ -64,8 +64,7 @@ def load_evaluation(spec: str) -> Evaluation:
 def _last_phase_evaluation(run_dir: Path) -> tuple[list[Trajectory], str]:
     """The episodes of the last phase of `run_dir` that has evaluation files, and the phase's directory."""
     layout = RunLayout(run_dir)
-    phases = sorted(int(path.name.split("_")[1]) for path in run_dir.glob("phase_*") if path.is_dir())
-    evaluated = [phase for phase in phases if layout.eval_paths(phase)]
+    evaluated = [phase for phase in layout.phases() if layout.eval_paths(phase)]
     if not evaluated:
         raise FileNotFoundError(f"run directory {run_dir} has no phase with an evaluation (phase_NNN/eval.rank*.jsonl)")
     return layout.evaluations(evaluated[-1]), str(layout.phase_dir(evaluated[-1]))
