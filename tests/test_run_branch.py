@@ -78,6 +78,7 @@ def _write_stage(layout: RunLayout, stage: str, phase: int) -> dict[str, float]:
         write_json_atomic(layout.actor_dir(phase) / "config.json", {"model_type": "llama"})
         write_bytes_atomic(layout.actor_dir(phase) / "model.safetensors", f"actor of phase {phase}".encode())
         write_jsonl_atomic(layout.advantages_path(phase), [{"advantage": 0.25 * phase}])
+        write_json_atomic(layout.critic_values_path(phase), {"key": {"critic_sha256": "c"}, "values": {"s": 0.5}})
     elif stage == "evaluate":
         layout.record_eval_tasks(phase, [f"p{phase}e"])
         write_trajectories(
@@ -135,7 +136,8 @@ def _stage_files(phase: int, stages: tuple[str, ...] | list[str]) -> set[str]:
         "rollouts": {f"{d}/rollouts.rank0.jsonl", f"{d}/rollouts.rank1.jsonl", f"{d}/screenshots/p{phase}r0/00.jpg"},
         "labels": {f"{d}/labelled.jsonl"},
         "replay": {f"{d}/replay_samples.jsonl"} | ({f"{d}/replay_scores.json"} if phase else set()),
-        "critic": {f"{d}/critic.pt"} if phase else set(),
+        # The actor stage writes the critic's values, but a branch after the critic takes them: they are the critic's.
+        "critic": {f"{d}/critic.pt", f"{d}/critic_values.json"} if phase else set(),
         "actor": {f"{d}/advantages.jsonl", f"{d}/actor/config.json", f"{d}/actor/model.safetensors"}
         if phase
         else set(),

@@ -32,6 +32,7 @@ def test_phase_files_sit_in_a_zero_padded_phase_directory(tmp_path):
     assert layout.labelled_path(7) == phase / "labelled.jsonl"
     assert layout.replay_samples_path(7) == phase / "replay_samples.jsonl"
     assert layout.critic_path(7) == phase / "critic.pt"
+    assert layout.critic_values_path(7) == phase / "critic_values.json"
     assert layout.actor_dir(7) == phase / "actor"
     assert layout.metrics_dir(7) == phase / "metrics"
     assert layout.metrics_path(7, "critic") == phase / "metrics" / "critic.json"

@@ -19,12 +19,14 @@ from lightning.fabric import Fabric
 
 from webrl.data.atomic_io import atomic_write
 from webrl.data.collate import StepTokenizer
+from webrl.data.critic_values import read_critic_values, state_key, write_critic_values
 from webrl.data.datamodule import ReplayDataModule, setup_loader
 from webrl.data.prompts import uses_chat_template
 from webrl.data.replay import filter_by_perplexity
 from webrl.data.step_values import write_step_values
 from webrl.data.steps import StepSample, read_samples
 from webrl.data.trajectory import Trajectory
+from webrl.evaluation.identity import file_sha256, weights_sha256
 from webrl.inference.weight_sync import full_state_dict
 from webrl.loop_config import WebRLConfig
 from webrl.modules.actor import ActorModule
@@ -185,8 +187,14 @@ def train_actor(
     )
     data = replay_datamodule(config, layout, phase, tokenizer, settings, target="actor")
     # The scoring critic is whole on every rank: it must be gone before the actor and its pi_ref are set up.
+    kept = (layout.critic_values_path(phase), critic_values_key(config, sft_dir, critic_path)) if critic_path else None
     scored = score_advantages(
-        fabric, load_critic(config, sft_dir, critic_path), data, config, values_path=layout.advantages_path(phase)
+        fabric,
+        load_critic(config, sft_dir, critic_path),
+        data,
+        config,
+        values_path=layout.advantages_path(phase),
+        kept_values=kept,
     )
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -218,15 +226,19 @@ def score_advantages(
     config: WebRLConfig,
     *,
     values_path: Path | None = None,
+    kept_values: tuple[Path, dict[str, Any]] | None = None,
 ) -> dict[str, float]:
     """Give every step of the actor's `data` its advantage from the frozen `critic`; returns their mean and std.
 
     The critic does not change during the actor stage, so each distinct state is scored once here
     (`webrl.modules.advantages`) rather than twice per actor step inside it; the actor batches then carry
     the advantages and no critic runs while the actor trains. Rank 0 keeps each step's V(s), V(s') and
-    advantage in `values_path` (the phase's `advantages.jsonl`), for the run report.
+    advantage in `values_path` (the phase's `advantages.jsonl`), for the run report. `kept_values`, a path and
+    the key of this critic's values (`critic_values_key`), keeps the values of the states there and takes those
+    kept by an earlier start of the stage instead of scoring them again (`webrl.data.critic_values`).
     """
     samples = data.dataset.samples
+    known = read_critic_values(*kept_values) if kept_values else {}
     scores = score_steps(
         critic.requires_grad_(False).to(fabric.device),
         samples,
@@ -234,13 +246,28 @@ def score_advantages(
         max_length=config.model.max_length,
         autocast=fabric.autocast(),
         progress=fabric.is_global_zero,
+        known=known,
     )
+    if kept_values is not None and fabric.is_global_zero:
+        write_critic_values(kept_values[0], kept_values[1], {state_key(text): v for text, v in scores.states.items()})
     if values_path is not None and fabric.is_global_zero:
         columns = (scores.value.tolist(), scores.next_value.tolist(), scores.advantage.tolist())
         write_step_values(values_path, samples, *columns)
     return {
         "actor/advantage_all_mean": scores.advantage.mean().item(),
         "actor/advantage_all_std": scores.advantage.std(correction=0).item(),
+    }
+
+
+def critic_values_key(config: WebRLConfig, sft_dir: Path, critic_path: Path) -> dict[str, Any]:
+    """What the critic saved at `critic_path` makes of a state (`webrl.data.critic_values`): its weights and the
+    trunk's (a LoRA critic saves its adapters and heads only), how a state is cut and the precision of the forwards."""
+    return {
+        "critic_sha256": file_sha256(critic_path),
+        "trunk_sha256": weights_sha256(sft_dir),
+        "critic.lora": dataclasses.asdict(config.critic.lora),
+        "model.max_length": config.model.max_length,
+        "fabric.precision": config.fabric.precision,
     }
 
 

@@ -124,7 +124,9 @@ class RunBranch:
         elif stage == "replay":
             files = [layout.replay_samples_path(phase), layout.replay_scores_path(phase)]
         elif stage == "critic":
-            files = [layout.critic_path(phase)]
+            # The actor stage writes the critic's values of the phase's states, but they are the critic's alone (keyed
+            # by its weights): a branch that reruns the actor on this critic takes them instead of scoring again.
+            files = [layout.critic_path(phase), layout.critic_values_path(phase)]
         elif stage == "actor":
             files = [layout.advantages_path(phase), *layout.actor_dir(phase).rglob("*")]
         elif stage == "evaluate":

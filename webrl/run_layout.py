@@ -6,7 +6,8 @@ them; they all go through a RunLayout, so a file's name cannot drift between its
     <run>/config.json, config_changes.json, run_state.json, phases.csv, replay/, wandb_run_id.txt,
           metrics/version_N/metrics.csv (one per launch), branched_from.json (`webrl.run_branch`)
     <run>/phase_NNN/tasks.json, rollouts.rankR.jsonl, labelled.jsonl, replay_samples.jsonl, replay_scores.json,
-                    critic.pt, advantages.jsonl, actor/, eval_tasks.json, eval.rankR.jsonl, metrics/<stage>.json
+                    critic.pt, critic_values.json, advantages.jsonl, actor/, eval_tasks.json, eval.rankR.jsonl,
+                    metrics/<stage>.json
 """
 
 from __future__ import annotations
@@ -116,6 +117,10 @@ class RunLayout:
 
     def critic_path(self, phase: int) -> Path:
         return self.phase_dir(phase) / "critic.pt"
+
+    def critic_values_path(self, phase: int) -> Path:
+        """The phase critic's value of each state the actor stage scored (`webrl.data.critic_values`)."""
+        return self.phase_dir(phase) / "critic_values.json"
 
     def actor_dir(self, phase: int) -> Path:
         return self.phase_dir(phase) / "actor"

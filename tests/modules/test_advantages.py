@@ -7,6 +7,7 @@ import torch
 from sample_records import build_trajectory
 
 from webrl.data.collate import ActorCollator
+from webrl.data.critic_values import state_key
 from webrl.data.steps import trajectory_to_samples
 from webrl.modules.actor import ActorModule
 from webrl.modules.advantages import precompute_advantages, state_values
@@ -76,3 +77,18 @@ def test_an_actor_batch_with_advantages_needs_no_critic_and_gives_the_same_loss(
     loss, metrics = actor.compute_loss(batch)
     assert torch.allclose(loss, with_critic, atol=1e-5)
     assert metrics["actor/advantage_mean"].item() == pytest.approx(sum(s.advantage for s in samples) / len(samples))
+
+
+def test_states_with_a_kept_value_take_it_and_only_the_others_are_scored(critic, samples, monkeypatch):
+    everything = state_values(critic, samples, max_length=MAX_LENGTH, batch_size=2)
+    kept_texts = [samples[0].prompt, samples[0].next_prompt, samples[-1].next_prompt]
+    known = {state_key(text): 10.0 + index for index, text in enumerate(kept_texts)}  # not a critic's: seen if used
+    scored_rows = []
+    forward = critic.state_values
+    monkeypatch.setattr(critic, "state_values", lambda ids, mask: scored_rows.append(len(ids)) or forward(ids, mask))
+    values = state_values(critic, samples, max_length=MAX_LENGTH, batch_size=2, known=known)
+    assert sum(scored_rows) == len(everything) - 3
+    assert [values[text] for text in kept_texts] == [10.0, 11.0, 12.0]
+    assert {text: values[text] for text in everything if text not in kept_texts} == pytest.approx(
+        {text: value for text, value in everything.items() if text not in kept_texts}, abs=1e-6
+    )

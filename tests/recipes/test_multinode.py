@@ -249,6 +249,7 @@ def _check_run(layout: RunLayout) -> None:
         "actor",
         "advantages.jsonl",
         "critic.pt",
+        "critic_values.json",
         "curriculum_state.json",
         "eval.rank0.jsonl",
         "eval.rank1.jsonl",

@@ -40,10 +40,20 @@ def _files_sha256(files: tuple[tuple[str, int, int], ...]) -> str:
     for name, _, _ in files:
         path = Path(name)
         digest.update(path.name.encode() + b"\0")
-        with path.open("rb") as handle:
-            while chunk := handle.read(CHUNK_BYTES):
-                digest.update(chunk)
+        _digest_file(digest, path)
     return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of one file's bytes (a critic's `critic.pt`), read in chunks: a SmolLM2 critic is half a gigabyte."""
+    return _digest_file(hashlib.sha256(), path).hexdigest()
+
+
+def _digest_file(digest: Any, path: Path) -> Any:
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest
 
 
 def weights_unchanged(identity: dict[str, Any]) -> bool:

@@ -16,13 +16,14 @@ step would have computed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from webrl.data.collate import StepTokenizer, pad, step_labels
+from webrl.data.critic_values import state_key
 from webrl.data.steps import StepSample
 from webrl.modules.critic import CriticModule
 from webrl.modules.losses import compute_advantage
@@ -38,23 +39,30 @@ def state_values(
     batch_size: int = 8,
     autocast: AbstractContextManager | None = None,
     progress: bool = False,
+    known: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """V of every distinct state (s and s') of `samples`, keyed by the state's recorded text.
 
     `autocast` (e.g. `fabric.autocast()`) is entered around the forwards, so values come at the
     precision the actor step would have used. `progress` shows the batches' progress (`webrl.progress`): a phase's
-    states took 11.5 min on a 2-core CPU, too long to pass in silence.
+    states took 11.5 min on a 2-core CPU, too long to pass in silence. A state whose `state_key` is in `known`
+    (values this critic gave before, `webrl.data.critic_values`) takes that value and is not scored again.
     """
+    known = known or {}
     steps = StepTokenizer(critic.tokenizer, max_length)
     rows: dict[str, list[int]] = {}
+    values: dict[str, float] = {}
     for sample in samples:
         for next_state in (False, True):
             text = sample.next_prompt if next_state else sample.prompt
-            if text not in rows:
+            if text in rows or text in values:
+                continue
+            if (kept := known.get(state_key(text))) is not None:
+                values[text] = kept
+            else:
                 rows[text] = steps.fit_state(sample, next_state=next_state)
     texts = sorted(rows, key=lambda text: len(rows[text]))
     device = critic.heads[0][0].weight.device
-    values: dict[str, float] = {}
     was_training = critic.training
     critic.eval()
     try:
@@ -74,11 +82,13 @@ def state_values(
 
 @dataclass
 class StepScores:
-    """The critic's view of N steps: V(s), V(s') and the advantage they give, each (N,), in sample order."""
+    """The critic's view of N steps: V(s), V(s') and the advantage they give, each (N,), in sample order, and
+    the value of each distinct state by its text (what `webrl.data.critic_values` keeps)."""
 
     value: torch.Tensor
     next_value: torch.Tensor
     advantage: torch.Tensor
+    states: dict[str, float] = field(default_factory=dict)
 
 
 def score_steps(
@@ -90,19 +100,27 @@ def score_steps(
     batch_size: int = 8,
     autocast: AbstractContextManager | None = None,
     progress: bool = False,
+    known: Mapping[str, float] | None = None,
 ) -> StepScores:
-    """V(s), V(s') and the advantage of every sample; sets `advantage` on each (see `precompute_advantages`)."""
+    """V(s), V(s') and the advantage of every sample; sets `advantage` on each (see `precompute_advantages`).
+    States in `known` are not scored again (`state_values`)."""
     if not samples:
         return StepScores(torch.zeros(0), torch.zeros(0), torch.zeros(0))
     values = state_values(
-        critic, samples, max_length=max_length, batch_size=batch_size, autocast=autocast, progress=progress
+        critic,
+        samples,
+        max_length=max_length,
+        batch_size=batch_size,
+        autocast=autocast,
+        progress=progress,
+        known=known,
     )
     value = torch.tensor([values[sample.prompt] for sample in samples])  # (N,)
     next_value = torch.tensor([values[sample.next_prompt] for sample in samples])  # (N,)
     advantage = compute_advantage(value, next_value, step_labels(samples), config).float()  # (N,)
     for sample, item in zip(samples, advantage.tolist(), strict=True):
         sample.advantage = item
-    return StepScores(value, next_value, advantage)
+    return StepScores(value, next_value, advantage, values)
 
 
 def precompute_advantages(
