@@ -35,6 +35,9 @@ class StageSettings:
     """constant | cosine (after warmup)"""
     group_by_length: bool = False
     """batch steps of similar length together: less padding (SmolLM2 SFT: ~40% of tokens), another batch order"""
+    average_tail: float = 0.0
+    """fraction of the last optimiser steps whose weights are averaged into the result (0 = the last weights;
+    0.5 = the mean after each step of the second half): where a stage stops depends less on its last batches"""
 
     def validate(self, name: str) -> None:
         """Raise ConfigError naming `name.<key>`, its value and what is allowed."""
@@ -45,3 +48,4 @@ class StageSettings:
         at_least(f"{name}.grad_clip", self.grad_clip, 0, "(0 = no clipping)")
         within(f"{name}.warmup_ratio", self.warmup_ratio, 0, 1, open_high=True)
         one_of(f"{name}.schedule", self.schedule, SCHEDULES)
+        within(f"{name}.average_tail", self.average_tail, 0, 1)

@@ -27,8 +27,9 @@ from lightning.fabric import Fabric
 from webrl.cache_builds import publish_model_dir, staging_dir
 from webrl.host_memory import release_freed_memory
 from webrl.progress import progress_bar
-from webrl.stage_checkpoint import StageCheckpoint, StageProgress, batches, stage_meta
+from webrl.stage_checkpoint import SHARDED_STRATEGIES, StageCheckpoint, StageProgress, batches, stage_meta
 from webrl.stage_settings import StageSettings
+from webrl.tail_average import TailAverage
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,8 @@ def train_module(
     `step_offset` continues the global step count across phases so that logged curves line up. With a
     `checkpoint`, the stage resumes from the state saved there by an interrupted launch and saves its
     own state as often as the checkpoint says (`webrl.stage_checkpoint`); the caller discards it once
-    the stage's product is saved.
+    the stage's product is saved. With `settings.average_tail`, the weights it leaves are the mean over its last
+    optimiser steps (`webrl.tail_average`).
     """
     batches_per_epoch = len(dataloader)
     if batches_per_epoch == 0:  # the stage's batch stream would loop over the empty loader for ever
@@ -206,6 +208,11 @@ def train_module(
     total_steps = max(1, math.ceil(total_batches / settings.accumulate))
     meta = stage_meta(name, settings, total_batches, batches_per_epoch, fabric.world_size)
     base_lrs = [group["lr"] for group in optimizer.param_groups]  # before a resume loads the scheduled ones
+    tail = TailAverage(total_steps, settings.average_tail)
+    if checkpoint and tail.steps and isinstance(fabric.strategy, SHARDED_STRATEGIES):
+        # The mean lives in the optimiser's state, and a sharded load restores only the keys the optimiser has.
+        log.warning("stage %r: no saves within the stage, whose running weight mean a sharded save would lose", name)
+        checkpoint = None
     done = (checkpoint and checkpoint.load(fabric, module, optimizer, meta)) or StageProgress()
     started = time.perf_counter() - done.seconds
     bar = progress_bar(total=total_batches, desc=name, unit="batch", enabled=progress and fabric.is_global_zero)
@@ -223,12 +230,16 @@ def train_module(
         except FloatingPointError as err:
             where = f"optimizer step {step + 1} of {total_steps}, batches {first}-{first + group_size - 1}"
             raise FloatingPointError(f"stage {name!r}, {where} of {total_batches}: {err}") from err
+        tail.after_step(optimizer, step)
         if checkpoint and done.batch_index < total_batches and checkpoint.due(fabric):
             done.seconds = time.perf_counter() - started
             checkpoint.save(fabric, module, optimizer, done, meta)
     bar.close()
     _set_lrs(optimizer, base_lrs, 1.0)
-    return _summary(name, done, time.perf_counter() - started, optimizer_steps=total_steps)
+    summary = _summary(name, done, time.perf_counter() - started, optimizer_steps=total_steps)
+    if averaged := tail.finish(optimizer):
+        summary[f"{name}/averaged_steps"] = float(averaged)
+    return summary
 
 
 def _train_step(

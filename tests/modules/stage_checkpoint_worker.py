@@ -1,9 +1,9 @@
 """Two-process worker: the critic's stage under DDP or FSDP2, saving its state after every optimiser step.
 
-Run as `python tests/modules/stage_checkpoint_worker.py STRATEGY MODEL_DIR CHECKPOINT_DIR OUT_FILE`; Fabric
+Run as `python tests/modules/stage_checkpoint_worker.py STRATEGY MODEL_DIR CHECKPOINT_DIR OUT_FILE AVERAGE_TAIL`; Fabric
 re-launches the script for rank 1. With `WEBRL_FAULT=stage_checkpoint:critic` both ranks end hard right
 after the first save; a relaunch resumes from it. Rank 0 writes the gathered full weights and how many
-batches this launch trained to OUT_FILE.
+batches this launch trained to OUT_FILE. With AVERAGE_TAIL 1.0 the stage ends on the mean of all its steps' weights.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ STATES = ["<html>cart</html>", '<a id="1">Home</a>', "<p>order placed</p>", "<in
 OUTCOMES = [1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
 
 
-def main(strategy: str, model_dir: str, checkpoint_dir: str, out_file: str) -> None:
+def main(strategy: str, model_dir: str, checkpoint_dir: str, out_file: str, average_tail: str) -> None:
     from torch.utils.data import DataLoader
 
     from webrl.distributed import build_fabric, close_process_group
@@ -41,7 +41,7 @@ def main(strategy: str, model_dir: str, checkpoint_dir: str, out_file: str) -> N
     trained = []
     compute_loss = module.compute_loss
     module.compute_loss = lambda batch: trained.append(1) or compute_loss(batch)
-    settings = StageSettings(lr=1e-3, epochs=1.5, batch_size=2, grad_clip=0.0)
+    settings = StageSettings(lr=1e-3, epochs=1.5, batch_size=2, grad_clip=0.0, average_tail=float(average_tail))
     checkpoint = StageCheckpoint(Path(checkpoint_dir), every_s=1e-9)
     train_module(
         fabric, wrapped, optimizer, fabric.setup_dataloaders(loader), settings, name="critic", checkpoint=checkpoint
@@ -53,4 +53,4 @@ def main(strategy: str, model_dir: str, checkpoint_dir: str, out_file: str) -> N
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])
