@@ -4,7 +4,7 @@ Three batch orders of the same SmolLM2 actor stage (same replay, critic and sett
 solved 64, 75 and 94 of the 230 test tasks: where the weights stop depends on the last batches, and one run's
 outcome says little about the setting. The mean of the three orders' weights solved 32 of 60 validation tasks
 against their 25, 25 and 34. A mean over one stage's own last steps (Polyak averaging, as in stochastic weight
-averaging) is the same remedy at no extra training: the last steps' noise averages out, what they share stays.
+averaging) aims at the same at no extra training: the last steps' noise averages out, what they share stays.
 
 The running mean lives in the optimiser's state of each parameter (`tail_mean`, beside AdamW's moments), so a stage
 checkpoint saves and restores it with the optimiser, and a resumed stage ends with the mean an uninterrupted one has
