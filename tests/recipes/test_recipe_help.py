@@ -15,7 +15,7 @@ from recipes.webrl import recipe_config
 from webrl.config import config_to_dict
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPES = ("webrl", "sft", "orm", "evaluate", "filtered_bc", "compare", "report", "branch", "pair")
+RECIPES = ("webrl", "sft", "orm", "evaluate", "filtered_bc", "compare", "report", "branch", "pair", "average_weights")
 CONFIG_RECIPES = ("webrl", "sft", "orm", "evaluate", "filtered_bc")
 """The recipes that read their config through `recipe_config`, and so answer `--print-config` too."""
 HEAVY = ("torch", "lightning", "transformers", "peft")
