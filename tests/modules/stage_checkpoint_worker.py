@@ -1,9 +1,10 @@
 """Two-process worker: the critic's stage under DDP or FSDP2, saving its state after every optimiser step.
 
-Run as `python tests/modules/stage_checkpoint_worker.py STRATEGY MODEL_DIR CHECKPOINT_DIR OUT_FILE AVERAGE_TAIL`; Fabric
-re-launches the script for rank 1. With `WEBRL_FAULT=stage_checkpoint:critic` both ranks end hard right
+Run as `python tests/modules/stage_checkpoint_worker.py STRATEGY MODEL_DIR CHECKPOINT_DIR OUT_FILE [AVERAGE_TAIL]`;
+Fabric re-launches the script for rank 1. With `WEBRL_FAULT=stage_checkpoint:critic` both ranks end hard right
 after the first save; a relaunch resumes from it. Rank 0 writes the gathered full weights and how many
-batches this launch trained to OUT_FILE. With AVERAGE_TAIL 1.0 the stage ends on the mean of all its steps' weights.
+batches this launch trained to OUT_FILE. With AVERAGE_TAIL 1.0 the stage ends on the mean of all its steps' weights
+(0, the last weights, when left out).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ STATES = ["<html>cart</html>", '<a id="1">Home</a>', "<p>order placed</p>", "<in
 OUTCOMES = [1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
 
 
-def main(strategy: str, model_dir: str, checkpoint_dir: str, out_file: str, average_tail: str) -> None:
+def main(strategy: str, model_dir: str, checkpoint_dir: str, out_file: str, average_tail: str = "0") -> None:
     from torch.utils.data import DataLoader
 
     from webrl.distributed import build_fabric, close_process_group
