@@ -249,7 +249,9 @@ def score_advantages(
         known=known,
     )
     if kept_values is not None and fabric.is_global_zero:
-        write_critic_values(kept_values[0], kept_values[1], {state_key(text): v for text, v in scores.states.items()})
+        kept = {state_key(text): value for text, value in scores.states.items()}
+        if not kept.keys() <= known.keys():  # a state was scored now: a start that found them all rewrites nothing
+            write_critic_values(*kept_values, kept)
     if values_path is not None and fabric.is_global_zero:
         columns = (scores.value.tolist(), scores.next_value.tolist(), scores.advantage.tolist())
         write_step_values(values_path, samples, *columns)

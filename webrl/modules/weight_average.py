@@ -35,8 +35,8 @@ def average_model_dirs(sources: Sequence[Path], target: Path) -> Path:
         raise FileExistsError(f"{target} exists: give a new directory for the averaged model")
     files = _weight_files(sources[0])
     for source in sources[1:]:
-        if _weight_files(source) != files:
-            raise ValueError(f"{source} holds the weight files {_weight_files(source)}, {sources[0]} holds {files}")
+        if (names := _weight_files(source)) != files:
+            raise ValueError(f"{source} holds the weight files {names}, {sources[0]} holds {files}")
     tmp = staging_dir(target)
     try:
         for name in files:
