@@ -29,8 +29,10 @@ from webrl.config import load_config
 from webrl.data.atomic_io import write_text_atomic
 from webrl.data.prompts import trajectory_orm_prompt
 from webrl.data.trajectory import write_trajectories
-from webrl.loop_config import EPISODE_LIMIT_KEYS, WebRLConfig
+from webrl.key_fields import OMITTED_AT_DEFAULT
+from webrl.loop_config import EPISODE_LIMIT_KEYS, SFTConfig, WebRLConfig
 from webrl.modules.model_factory import build_tiny_model
+from webrl.stage_settings import StageSettings
 from webrl.starting_models import (
     base_model_dir,
     cache_key,
@@ -81,6 +83,22 @@ def test_cache_key_is_a_fixed_hash_of_its_parts():
     assert cache_key({"a": 1, "b": 2}) == cache_key({"b": 2, "a": 1}) == "1176b831c374"
     assert cache_key(Shape()) == cache_key({"a": 1, "b": "x"}) == "8eb01ace1665", "a dataclass keys as its fields"
     assert cache_key(1, "a") != cache_key("a", 1)
+
+
+@dataclasses.dataclass
+class LaterShape(Shape):
+    c: float = dataclasses.field(default=0.0, metadata=OMITTED_AT_DEFAULT)
+
+
+def test_a_field_marked_omitted_at_default_keys_as_before_it_existed_until_it_is_set():
+    """A nested one too (a stage's settings inside a config): the SFT actors built before keep their keys."""
+    assert cache_key(LaterShape()) == cache_key(Shape()) == "8eb01ace1665"
+    assert cache_key([{"x": LaterShape()}]) == cache_key([{"x": {"a": 1, "b": "x"}}])
+    assert cache_key(LaterShape(c=0.5)) == cache_key({"a": 1, "b": "x", "c": 0.5}) != cache_key(Shape())
+    sft = dataclasses.asdict(SFTConfig())
+    del sft["train"]["average_tail"]
+    assert cache_key(SFTConfig()) == cache_key(sft), "stage settings added average_tail after SFT actors were cached"
+    assert cache_key(SFTConfig(train=StageSettings(average_tail=0.5))) != cache_key(sft)
 
 
 def test_a_directory_is_built_only_once_its_done_marker_is_in(tmp_path):
@@ -222,7 +240,9 @@ def test_orm_keys_without_actor_variants_hash_as_before_the_key_existed(tmp_path
     config = _config(tmp_path)
     before = {name: value for name, value in dataclasses.asdict(config.orm.data).items() if name != "actor_variants"}
     assert cache_key(config.orm.data.cache_fields()) == cache_key(before)
-    assert cache_key(config.orm.cache_fields()) == cache_key({**dataclasses.asdict(config.orm), "data": before})
+    orm = dataclasses.asdict(config.orm)
+    del orm["train"]["average_tail"]  # omitted at its default, like actor_variants
+    assert cache_key(config.orm.cache_fields()) == cache_key({**orm, "data": before})
 
 
 def test_the_episode_settings_of_a_default_env_key_as_the_whole_env_did(tmp_path):

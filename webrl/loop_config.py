@@ -23,6 +23,7 @@ from webrl.env.observation import REGIONS
 from webrl.env.screenshots import ScreenshotConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
 from webrl.fabric_config import FabricConfig
+from webrl.key_fields import key_fields
 from webrl.modules.settings import HEAD_INIT_STD, ActorLossConfig, AdvantageConfig, LoraSettings
 from webrl.paths import user_cache_dir
 from webrl.run_config import KEYWORD_PATH_KEYS, PATH_KEYS, ResumeConfig, absolute_unless_keyword
@@ -363,7 +364,7 @@ class ORMConfig:
 
     def cache_fields(self) -> dict[str, Any]:
         """What the ORM's cache key hashes: every field, `data` as `ORMDataConfig.cache_fields` gives it."""
-        return {**dataclasses.asdict(self), "data": self.data.cache_fields()}
+        return {**key_fields(self), "data": self.data.cache_fields()}
 
 
 @dataclass

@@ -7,9 +7,10 @@ The run config (`webrl.loop_config`) holds one per stage (critic, actor, ORM, SF
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from webrl.config_checks import at_least, one_of, positive, within
+from webrl.key_fields import OMITTED_AT_DEFAULT
 
 SCHEDULES = ("constant", "cosine")
 """Learning-rate schedules after the warmup (`webrl.training.lr_factor`)."""
@@ -35,7 +36,7 @@ class StageSettings:
     """constant | cosine (after warmup)"""
     group_by_length: bool = False
     """batch steps of similar length together: less padding (SmolLM2 SFT: ~40% of tokens), another batch order"""
-    average_tail: float = 0.0
+    average_tail: float = field(default=0.0, metadata=OMITTED_AT_DEFAULT)
     """fraction of the last optimiser steps whose weights are averaged into the result (0 = the last weights;
     0.5 = the mean after each step of the second half): where a stage stops depends less on its last batches"""
 

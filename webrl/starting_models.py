@@ -29,6 +29,7 @@ from webrl.data.datamodule import ReplayDataModule, setup_loader
 from webrl.data.length_batches import LengthGroupedBatches
 from webrl.data.prompts import trajectory_orm_prompt, uses_chat_template
 from webrl.data.trajectory import Trajectory, is_full_score, is_success, read_trajectories, write_trajectories
+from webrl.key_fields import key_fields
 from webrl.loop_config import EnvConfig, ORMDataConfig, SFTConfig, WebRLConfig
 from webrl.modules.lm import load_tokenizer
 from webrl.modules.orm import OutcomeRewardModule
@@ -43,8 +44,8 @@ log = logging.getLogger(__name__)
 
 
 def cache_key(*parts: Any) -> str:
-    """A short stable hash of JSON-able parts (dataclasses included)."""
-    plain = [dataclasses.asdict(p) if dataclasses.is_dataclass(p) else p for p in parts]
+    """A short stable hash of JSON-able parts (dataclasses included, as `webrl.key_fields` gives them)."""
+    plain = [key_fields(part) for part in parts]
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
