@@ -23,7 +23,7 @@ from webrl.env.observation import REGIONS
 from webrl.env.screenshots import ScreenshotConfig
 from webrl.env.splits import TRAIN_FIT, VALIDATION
 from webrl.fabric_config import FabricConfig
-from webrl.key_fields import key_fields
+from webrl.key_fields import OMITTED_AT_DEFAULT, key_fields
 from webrl.modules.settings import HEAD_INIT_STD, ActorLossConfig, AdvantageConfig, LoraSettings
 from webrl.paths import user_cache_dir
 from webrl.run_config import KEYWORD_PATH_KEYS, PATH_KEYS, ResumeConfig, absolute_unless_keyword
@@ -305,7 +305,7 @@ class ORMDataConfig:
 
     actor_rollouts: bool = True
     """Roll out the SFT actor (orm.rollout_tasks, rollout.temperature): its mistakes are the ones the ORM will judge."""
-    actor_variants: int = 0
+    actor_variants: int = field(default=0, metadata=OMITTED_AT_DEFAULT)
     """Also roll the actor out on this many fresh-value variants of each of those tasks (embedded sites): a fitted actor
     repeats its training tasks (the SmolLM2 two-epoch actor: 85 % success at temperature 1) and shows its mistakes on
     new values, the tasks the curriculum hands it and the ORM judges. 0 = none."""
@@ -340,10 +340,7 @@ class ORMDataConfig:
 
     def cache_fields(self) -> dict[str, Any]:
         """What an ORM cache key hashes: `actor_variants` only when set, so caches built before it keep their keys."""
-        fields = dataclasses.asdict(self)
-        if not self.actor_variants:
-            del fields["actor_variants"]
-        return fields
+        return key_fields(self)
 
 
 @dataclass
@@ -364,7 +361,7 @@ class ORMConfig:
 
     def cache_fields(self) -> dict[str, Any]:
         """What the ORM's cache key hashes: every field, `data` as `ORMDataConfig.cache_fields` gives it."""
-        return {**key_fields(self), "data": self.data.cache_fields()}
+        return key_fields(self)
 
 
 @dataclass
