@@ -18,9 +18,6 @@ from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElastic
 from webrl.config_checks import require
 from webrl.fabric_config import PRECISION_ALIASES, FabricConfig
 
-_CLOSED_GROUPS: list[Any] = []
-"""Process groups destroyed by `close_process_group`, held so that no wrapper is their last owner."""
-
 
 def shard_with_fully_shard(module: torch.nn.Module, device_mesh: Any) -> torch.nn.Module:
     """FSDP2: shard each transformer block, then each network the module holds, over the data-parallel mesh.
@@ -182,16 +179,8 @@ def close_process_group(fabric: Fabric | None) -> None:
     A rank that leaves right after its last collective (a broadcast it sent) can exit while a peer still
     receives; gloo's threads are then destroyed at interpreter exit with work in flight, and the process
     aborts ("terminate called without an active exception", exit -6) after the run has succeeded.
-
-    A module still wrapped in DDP (a caller's local, or a frame an exception holds) owns the group too: once
-    `destroy_process_group` drops Python's handle, the wrapper's reducer is the last owner and destroys the group
-    when it is freed, with the GIL held (torch releases the GIL only when its Python handle is the last owner),
-    while gloo's destructor waits for a worker thread that may itself wait for the GIL. The two-rank non-finite
-    test hung so at exit, rank 0's main thread back in `<module>` after `main` had returned. The handle is kept
-    in `_CLOSED_GROUPS` until the process ends, so that it is the last owner.
     """
     if fabric is None or fabric.world_size == 1 or not dist.is_initialized():
         return
     fabric.barrier()
-    _CLOSED_GROUPS.append(dist.group.WORLD)
     dist.destroy_process_group()
