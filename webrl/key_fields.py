@@ -24,8 +24,8 @@ def key_fields(value: Any) -> Any:
             for item in dataclasses.fields(value)
             if not (item.metadata.get("cache_key") and getattr(value, item.name) == item.default)
         }
-    if isinstance(value, (list, tuple)):
-        return type(value)(key_fields(item) for item in value)
+    if isinstance(value, (list, tuple)):  # one JSON array either way; a named tuple takes no single iterable
+        return [key_fields(item) for item in value]
     if isinstance(value, dict):
         return {key: key_fields(item) for key, item in value.items()}
     return value
